@@ -1,0 +1,42 @@
+# The one entry point for install, lint, type-check, test, bench and chaos.
+# The README and .ci/run call these targets and nothing else.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+
+.PHONY: install run test lint fmt bench bench-quick chaos chaos-quick clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@java -version >/dev/null 2>&1 || echo "warning: no java on PATH; the Spark jobs need JDK 17"
+	touch $(STAMP)
+
+run: install
+	$(BIN)/lakepubsub serve
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+fmt: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+test: lint
+	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+bench: install
+	$(BIN)/python -m bench.core
+
+bench-quick: install
+	$(BIN)/python -m bench.core --quick
+
+clean:
+	rm -rf $(VENV) .lake .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,8 @@
+"""The lake: where tables live and how to reach them.
+
+Nothing outside this package builds a table path or storage options by hand.
+"""
+
+from lakepubsub._lake.storage import Lake, storage_errors
+
+__all__ = ["Lake", "storage_errors"]

@@ -1,0 +1,176 @@
+"""One narrow interface to the lake root: local directory or ``s3://bucket/prefix``."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+from collections.abc import Iterator, Mapping
+from typing import Any
+from urllib.parse import urlparse
+
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+
+from lakepubsub import errors
+from lakepubsub.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def storage_errors(what: str) -> Iterator[None]:
+    """Turn storage failures into ``Unavailable``; commit conflicts pass through."""
+    try:
+        yield
+    except (CommitFailedError, errors.LakePubSubError):
+        raise
+    except TableNotFoundError as exc:
+        raise errors.NotFound(f"{what}: table not found") from exc
+    except (DeltaError, OSError) as exc:
+        raise errors.Unavailable(f"{what}: storage unavailable: {exc}") from exc
+
+
+class Lake:
+    """Table locations and storage options for one lake root.
+
+    Layout (see docs/architecture.md)::
+
+        {root}/catalog                       topics, subscriptions, snapshots
+        {root}/topics/{uid}/messages         one messages table per topic
+        {root}/subscriptions/{uid}/leases    cursor, leases and events of one subscription
+        {root}/truncations                   log of truncations, for operators
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        parsed = urlparse(settings.lake)
+        self.is_s3 = parsed.scheme in ("s3", "s3a")
+        if self.is_s3:
+            self.bucket = parsed.netloc
+            self.prefix = parsed.path.strip("/")
+            self.root = f"s3://{self.bucket}/{self.prefix}".rstrip("/")
+            self.storage_options: dict[str, str] | None = dict(settings.storage_options)
+        elif parsed.scheme in ("", "file"):
+            path = parsed.path if parsed.scheme == "file" else settings.lake
+            self.root = os.path.abspath(path)
+            self.bucket = ""
+            self.prefix = ""
+            self.storage_options = None
+            os.makedirs(self.root, exist_ok=True)
+        else:
+            raise errors.InvalidArgument(f"unsupported lake URI {settings.lake!r}")
+
+    # -- locations -----------------------------------------------------------------
+
+    def uri(self, *parts: str) -> str:
+        return "/".join((self.root, *parts))
+
+    @property
+    def catalog_uri(self) -> str:
+        return self.uri("catalog")
+
+    @property
+    def truncations_uri(self) -> str:
+        return self.uri("truncations")
+
+    def messages_uri(self, topic_uid: str) -> str:
+        return self.uri("topics", topic_uid, "messages")
+
+    def leases_uri(self, subscription_uid: str) -> str:
+        return self.uri("subscriptions", subscription_uid, "leases")
+
+    def snapshot_uri(self, snapshot_uid: str) -> str:
+        return self.uri("snapshots", snapshot_uid, "leases")
+
+    # -- tables --------------------------------------------------------------------
+
+    def open(self, uri: str, *, version: int | None = None) -> DeltaTable:
+        """Open an existing table; ``NotFound`` if there is none."""
+        with storage_errors(uri):
+            return DeltaTable(uri, version=version, storage_options=self.storage_options)
+
+    def exists(self, uri: str) -> bool:
+        with storage_errors(uri):
+            return DeltaTable.is_deltatable(uri, storage_options=self.storage_options)
+
+    def create(
+        self,
+        uri: str,
+        schema: pa.Schema,
+        *,
+        configuration: Mapping[str, str],
+        partition_by: list[str] | None = None,
+        description: str | None = None,
+    ) -> DeltaTable:
+        """Create a table, or open it if it already exists with this schema."""
+        with storage_errors(uri):
+            return DeltaTable.create(
+                uri,
+                schema,
+                mode="ignore",
+                partition_by=partition_by,
+                description=description,
+                configuration=dict(configuration),
+                storage_options=self.storage_options,
+                raise_if_key_not_exists=False,
+            )
+
+    def create_with(self, uri: str, rows: pa.Table, *, configuration: Mapping[str, str]) -> None:
+        """Create a table holding ``rows`` in its first commit; error if it exists."""
+        with storage_errors(uri):
+            write_deltalake(
+                uri,
+                rows,
+                mode="error",
+                configuration=dict(configuration),
+                storage_options=self.storage_options,
+            )
+
+    def remove_tree(self, *parts: str) -> None:
+        """Delete everything under ``{root}/parts``; best effort, logs failures."""
+        try:
+            if self.is_s3:
+                self._remove_s3_prefix("/".join(p for p in (self.prefix, *parts) if p) + "/")
+            else:
+                shutil.rmtree(os.path.join(self.root, *parts), ignore_errors=True)
+        except Exception:  # a leftover directory is swept by the gc job
+            log.warning("could not remove %s", "/".join(parts), exc_info=True)
+
+    def list_dirs(self, *parts: str) -> list[str]:
+        """Names of the immediate children of ``{root}/parts``."""
+        if not self.is_s3:
+            path = os.path.join(self.root, *parts)
+            return sorted(os.listdir(path)) if os.path.isdir(path) else []
+        prefix = "/".join(p for p in (self.prefix, *parts) if p) + "/"
+        names: list[str] = []
+        paginator = self.s3_client().get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix, Delimiter="/"):
+            for entry in page.get("CommonPrefixes", []):
+                names.append(entry["Prefix"][len(prefix) :].rstrip("/"))
+        return sorted(names)
+
+    # -- S3 --------------------------------------------------------------------------
+
+    def s3_client(self) -> Any:
+        import boto3
+
+        opts = self.storage_options or {}
+        return boto3.client(
+            "s3",
+            endpoint_url=opts.get("AWS_ENDPOINT_URL"),
+            aws_access_key_id=opts.get("AWS_ACCESS_KEY_ID"),
+            aws_secret_access_key=opts.get("AWS_SECRET_ACCESS_KEY"),
+            aws_session_token=opts.get("AWS_SESSION_TOKEN"),
+            region_name=opts.get("AWS_REGION", "us-east-1"),
+        )
+
+    def _remove_s3_prefix(self, prefix: str) -> None:
+        client = self.s3_client()
+        paginator = client.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+            keys = [{"Key": obj["Key"]} for obj in page.get("Contents", [])]
+            if keys:
+                client.delete_objects(Bucket=self.bucket, Delete={"Objects": keys})

@@ -1,0 +1,372 @@
+"""The delivery dispatcher: one thread per active subscription per process.
+
+Pulls, acks, deadline changes and truncations queue here as small requests;
+each cycle the dispatcher takes everything queued, applies it to the lease
+state with a ``Planner`` and commits the result as ONE MERGE on the
+subscription's lease table, with a strict compare-and-swap on the table
+version. A lost race (another process, a job) rereads the state and replans.
+Nothing is answered before its commit has landed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import orjson
+from deltalake import CommitProperties, DeltaTable
+
+from lakepubsub import errors, metrics, schemas
+from lakepubsub._lake import Lake, storage_errors
+from lakepubsub.ackids import AckId, subscription_tag
+from lakepubsub.leases import (
+    Claim,
+    LeaseState,
+    Planner,
+    Policy,
+    Row,
+    op_counts,
+)
+from lakepubsub.messages import Message, ReceivedMessage, TruncationEvent, from_arrow
+from lakepubsub.retry import optimistic
+from lakepubsub.settings import Settings
+from lakepubsub.subscriptions import Subscription
+from lakepubsub.topic_table import MessagesTable
+
+log = logging.getLogger(__name__)
+
+_MERGE_PREDICATE = "t.kind = s.kind AND t.offset = s.offset"
+_ALL_COLUMNS = {f.name: f"s.{f.name}" for f in schemas.LEASES}
+
+
+@dataclass
+class PullRequest:
+    max_messages: int
+    wait_until: float  # time.monotonic(); equal to "now" for returnImmediately
+    future: Future[list[ReceivedMessage]] = field(default_factory=Future)
+    planned: bool = False  # has been part of at least one cycle's demand
+
+
+@dataclass
+class AckRequest:
+    """An ack (``deadline_s`` None) or a deadline change (0 is a nack)."""
+
+    ack_ids: list[AckId]
+    deadline_s: int | None
+    future: Future[dict[str, str]] = field(default_factory=Future)
+
+
+@dataclass
+class TruncateRequest:
+    end_offset: int | None  # None: the topic head (drop every pending message)
+    reason: str
+    future: Future[TruncationEvent] = field(default_factory=Future)
+
+
+SubscriptionLookup = Callable[[], Subscription | None]
+
+
+class Dispatcher:
+    """Serves one subscription in this process. Thread-safe entry points."""
+
+    def __init__(
+        self,
+        lake: Lake,
+        settings: Settings,
+        subscription: Subscription,
+        lookup: SubscriptionLookup,
+        on_exit: Callable[[Dispatcher], None],
+    ) -> None:
+        self.subscription = subscription
+        self._lake = lake
+        self._settings = settings
+        self._lookup = lookup
+        self._on_exit = on_exit
+        self._cond = threading.Condition()
+        self._pulls: list[PullRequest] = []
+        self._acks: list[AckRequest] = []
+        self._truncates: list[TruncateRequest] = []
+        self._nudged = True
+        self._stopped = False
+        self._table: DeltaTable | None = None
+        self._messages: MessagesTable | None = None
+        self._state: LeaseState | None = None
+        self._thread = threading.Thread(
+            target=self._run, name=f"deliver-{subscription.uid[:8]}", daemon=True
+        )
+        self._thread.start()
+
+    # -- entry points --------------------------------------------------------------------
+
+    def submit(self, request: PullRequest | AckRequest | TruncateRequest) -> None:
+        with self._cond:
+            if self._stopped:
+                raise errors.Unavailable("subscription dispatcher stopped; retry")
+            if isinstance(request, PullRequest):
+                self._pulls.append(request)
+            elif isinstance(request, AckRequest):
+                self._acks.append(request)
+            else:
+                self._truncates.append(request)
+            self._nudged = True
+            self._cond.notify()
+
+    def nudge(self) -> None:
+        """New messages may be there (a local publish committed)."""
+        with self._cond:
+            self._nudged = True
+            self._cond.notify()
+
+    def stop(self, reason: errors.LakePubSubError | None = None) -> None:
+        with self._cond:
+            self._stopped = True
+            pending: list[PullRequest | AckRequest | TruncateRequest] = [
+                *self._pulls,
+                *self._acks,
+                *self._truncates,
+            ]
+            self._pulls, self._acks, self._truncates = [], [], []
+            self._cond.notify()
+        for request in pending:
+            if reason is not None:
+                _fail(request.future, reason)
+            elif isinstance(request, PullRequest):
+                _settle(request.future, [])
+            else:
+                _fail(request.future, errors.Unavailable("the service is shutting down; retry"))
+
+    @property
+    def alive(self) -> bool:
+        return not self._stopped
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        last_work = time.monotonic()
+        next_poll = 0.0
+        try:
+            while True:
+                with self._cond:
+                    while not self._stopped:
+                        now = time.monotonic()
+                        if self._acks or self._truncates:
+                            break
+                        if self._pulls and (self._nudged or now >= next_poll):
+                            break
+                        if not self._pulls and now - last_work > self._settings.worker_idle_exit_s:
+                            self._stopped = True
+                            break
+                        timeout = next_poll - now if self._pulls else 1.0
+                        earliest = min((p.wait_until for p in self._pulls), default=None)
+                        if earliest is not None:
+                            timeout = min(timeout, earliest - now)
+                        self._cond.wait(timeout=max(0.001, timeout))
+                        self._expire_waiting_pulls(time.monotonic())
+                    if self._stopped:
+                        return
+                    acks, self._acks = self._acks, []
+                    truncates, self._truncates = self._truncates, []
+                    pulls = list(self._pulls)
+                    for pull in pulls:
+                        pull.planned = True
+                    self._nudged = False
+                self._cycle(acks, truncates, pulls)
+                last_work = time.monotonic()
+                next_poll = last_work + self._settings.pull_poll_interval_s
+        except Exception:  # a bug: fail what is queued rather than hang it
+            log.exception("dispatcher for %s crashed", self.subscription.name)
+            self.stop(errors.Internal("delivery dispatcher failed"))
+        finally:
+            self._on_exit(self)
+
+    def _expire_waiting_pulls(self, now: float) -> None:
+        expired = [p for p in self._pulls if p.planned and p.wait_until <= now]
+        if expired:
+            self._pulls = [p for p in self._pulls if p not in expired]
+            for pull in expired:
+                _settle(pull.future, [])
+
+    def _cycle(
+        self, acks: list[AckRequest], truncates: list[TruncateRequest], pulls: list[PullRequest]
+    ) -> None:
+        current = self._lookup()
+        if current is None or current.uid != self.subscription.uid:
+            self.stop(errors.NotFound(f"Subscription does not exist: {self.subscription.name}"))
+            return
+        self.subscription = current
+        demand = sum(p.max_messages for p in pulls)
+        try:
+            outcome = optimistic(
+                lambda: self._attempt(acks, truncates, demand),
+                table="leases",
+                attempts=self._settings.commit_attempts,
+            )
+        except errors.LakePubSubError as exc:
+            for request in acks:
+                _fail(request.future, exc)
+            for truncate in truncates:
+                _fail(truncate.future, exc)
+            with self._cond:
+                failed = [p for p in pulls if p in self._pulls]
+                self._pulls = [p for p in self._pulls if p not in failed]
+            for pull in failed:
+                _fail(pull.future, exc)
+            return
+        ack_results, events, deliveries = outcome
+        for request, failures in zip(acks, ack_results, strict=True):
+            _settle(request.future, failures)
+        for truncate, event in zip(truncates, events, strict=True):
+            _settle(truncate.future, event)
+        self._hand_out(deliveries)
+
+    def _hand_out(self, deliveries: list[ReceivedMessage]) -> None:
+        metrics.DELIVERED.inc(len(deliveries))
+        now = time.monotonic()
+        with self._cond:
+            served = []
+            for pull in self._pulls:
+                take, deliveries = deliveries[: pull.max_messages], deliveries[pull.max_messages :]
+                if take or (pull.planned and pull.wait_until <= now):
+                    _settle(pull.future, take)
+                    served.append(pull)
+            self._pulls = [p for p in self._pulls if p not in served]
+        if deliveries:  # a pull left between planning and now; let the leases expire
+            log.debug("%d deliveries had no pull to go to", len(deliveries))
+
+    # -- one optimistic attempt ------------------------------------------------------------
+
+    def _load(self) -> tuple[DeltaTable, MessagesTable, LeaseState]:
+        if self._table is None:
+            self._table = self._lake.open(self._lake.leases_uri(self.subscription.uid))
+        if self._messages is None:
+            self._messages = MessagesTable(self._lake, self.subscription.topic_uid)
+        table = self._table
+        with storage_errors("lease table"):
+            table.update_incremental()
+            if self._state is None or self._state.version != table.version():
+                self._state = LeaseState.from_arrow(table.to_pyarrow_table(), table.version())
+        self._messages.refresh()
+        return table, self._messages, self._state
+
+    def _attempt(
+        self, acks: list[AckRequest], truncates: list[TruncateRequest], demand: int
+    ) -> tuple[list[dict[str, str]], list[TruncationEvent], list[ReceivedMessage]]:
+        table, messages, state = self._load()
+        sub = self.subscription
+        planner = Planner(state, _policy(sub), time.time_ns() // 1000)
+        ack_results = [
+            planner.acknowledge(r.ack_ids)
+            if r.deadline_s is None
+            else planner.modify_deadline(r.ack_ids, r.deadline_s)
+            for r in acks
+        ]
+        events = [self._truncate(planner, messages, r) for r in truncates]
+        claims = self._claim(planner, messages, demand) if demand else []
+        if planner.dirty:
+            self._commit(table, planner)
+        deliveries = [_received(claim, message) for claim, message in claims]
+        return ack_results, events, deliveries
+
+    def _truncate(
+        self, planner: Planner, messages: MessagesTable, request: TruncateRequest
+    ) -> TruncationEvent:
+        end = messages.head() if request.end_offset is None else request.end_offset
+        now_us = planner.now_us
+        first = planner.state.floor()
+        event = TruncationEvent(first, max(first, end), request.reason, now_us)
+        planner.truncate(end, orjson.dumps(event.to_json()).decode())
+        return event
+
+    def _claim(
+        self, planner: Planner, messages: MessagesTable, demand: int
+    ) -> list[tuple[Claim, Message | TruncationEvent]]:
+        claims: list[tuple[Claim, Message | TruncationEvent]] = []
+        ready = planner.available()[:demand]
+        wanted = [r.offset for r in ready if r.kind == schemas.KIND_MESSAGE]
+        found = {m.offset: m for m in from_arrow(messages.read_offsets(wanted))}
+        for row in ready:
+            if row.kind == schemas.KIND_EVENT:
+                event = TruncationEvent.from_json(orjson.loads(row.event or "{}"))
+                claims.append((planner.lease(row), event))
+            elif row.offset in found:
+                claims.append((planner.lease(row), found[row.offset]))
+            else:  # the message is gone (retention); nothing left to deliver
+                planner.drop(row.key)
+        head = messages.head()
+        while len(claims) < demand and planner.cursor.frontier < head:
+            start = planner.cursor.frontier
+            end = min(head, start + demand - len(claims))
+            for message in from_arrow(messages.read_range(start, end)):
+                row = Row(
+                    schemas.KIND_MESSAGE, message.offset, ordering_key=message.ordering_key or None
+                )
+                claims.append((planner.lease(row), message))
+            planner.advance(end)
+        return claims
+
+    def _commit(self, table: DeltaTable, planner: Planner) -> None:
+        source = planner.merge_source()
+        started = time.perf_counter()
+        with storage_errors("lease table"):
+            result = (
+                table.merge(
+                    source,
+                    predicate=_MERGE_PREDICATE,
+                    source_alias="s",
+                    target_alias="t",
+                    commit_properties=CommitProperties(max_commit_retries=0),
+                )
+                .when_matched_delete(predicate="s.op = 'del'")
+                .when_matched_update(updates=_ALL_COLUMNS, predicate="s.op = 'upd'")
+                .when_not_matched_insert(updates=_ALL_COLUMNS, predicate="s.op = 'ins'")
+                .execute()
+            )
+        metrics.COMMITS.labels("leases").inc()
+        metrics.COMMIT_SECONDS.labels("leases").observe(time.perf_counter() - started)
+        metrics.ROWS_PER_COMMIT.labels("leases").observe(source.num_rows)
+        expected = op_counts(source)
+        applied = {
+            "ins": result["num_target_rows_inserted"],
+            "upd": result["num_target_rows_updated"],
+            "del": result["num_target_rows_deleted"],
+        }
+        if applied != expected:  # the CAS makes this impossible; say so loudly if not
+            log.error("lease MERGE applied %s, planned %s", applied, expected)
+        self._state = planner.result_state(table.version())
+
+
+def _policy(sub: Subscription) -> Policy:
+    retry = sub.retry_policy
+    return Policy(
+        tag=subscription_tag(sub.uid),
+        ack_deadline_s=sub.ack_deadline_s,
+        exactly_once=sub.enable_exactly_once_delivery,
+        min_backoff_s=retry.minimum_backoff_s if retry else None,
+        max_backoff_s=retry.maximum_backoff_s if retry else None,
+    )
+
+
+def _received(claim: Claim, item: Message | TruncationEvent) -> ReceivedMessage:
+    if isinstance(item, TruncationEvent):
+        return ReceivedMessage(str(claim.ack_id), claim.row.attempt, event=item)
+    return ReceivedMessage(str(claim.ack_id), claim.row.attempt, message=item)
+
+
+T = TypeVar("T")
+
+
+def _settle(future: Future[T], value: T) -> None:
+    # A caller that went away (cancelled its future) just misses the result;
+    # leases it was given expire and are redelivered.
+    if not future.done():
+        future.set_result(value)
+
+
+def _fail(future: Future[Any], exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)

@@ -1,0 +1,446 @@
+"""The core engine: Pub/Sub's data model and delivery semantics on Delta tables.
+
+One ``Engine`` per process and lake. Every call is thread-safe. State lives in
+the lake only; what an engine keeps in memory is a cache keyed by table
+version, so any number of engines (processes) can serve one lake at once.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import replace
+from typing import Any, TypeVar
+
+import pyarrow as pa
+
+from lakepubsub import catalog as cat
+from lakepubsub import constants, errors, leases, schemas
+from lakepubsub._lake import Lake
+from lakepubsub.ackids import parse_all
+from lakepubsub.delivery import AckRequest, Dispatcher, PullRequest, TruncateRequest
+from lakepubsub.messages import PublishMessage, ReceivedMessage, TruncationEvent, validate_batch
+from lakepubsub.names import SubscriptionName, TopicName, validate_project
+from lakepubsub.publisher import TopicPublisher
+from lakepubsub.settings import Settings
+from lakepubsub.subscriptions import Subscription
+from lakepubsub.topic_table import MessagesTable
+from lakepubsub.topics import Topic
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1_000
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+class Engine:
+    """Topics, subscriptions, publish, pull and ack on one lake."""
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or Settings.from_env()
+        self.lake = Lake(self.settings)
+        self.catalog = cat.Catalog(self.lake)
+        self._lock = threading.Lock()
+        self._publishers: dict[str, TopicPublisher] = {}
+        self._dispatchers: dict[str, Dispatcher] = {}
+        self._closed = False
+
+    # -- lookups ---------------------------------------------------------------------------
+
+    def _view(self, fresh: bool) -> cat.View:
+        staleness = 0.0 if fresh else self.settings.catalog_max_staleness_s
+        return self.catalog.view(max_staleness_s=staleness)
+
+    def _topic_entry(self, name: TopicName, *, fresh: bool = True) -> cat.Entry:
+        entry = self._view(fresh).get(cat.TOPIC, name.project, name.id)
+        if entry is None and not fresh:
+            entry = self._view(True).get(cat.TOPIC, name.project, name.id)
+        if entry is None:
+            raise errors.NotFound(f"Topic not found: {name}")
+        return entry
+
+    def _subscription(self, name: SubscriptionName, *, fresh: bool = True) -> Subscription:
+        entry = self._view(fresh).get(cat.SUBSCRIPTION, name.project, name.id)
+        if entry is None and not fresh:
+            entry = self._view(True).get(cat.SUBSCRIPTION, name.project, name.id)
+        if entry is None:
+            raise errors.NotFound(f"Subscription does not exist: {name}")
+        return _subscription(entry)
+
+    # -- topics ----------------------------------------------------------------------------
+
+    def create_topic(self, topic: Topic) -> Topic:
+        """Create a topic; ``AlreadyExists`` if the name is taken."""
+        topic = topic.validated()
+        uid = uuid.uuid4().hex
+        MessagesTable.create(self.lake, uid)
+        now = _now_us()
+        entry = cat.Entry(
+            cat.TOPIC, topic.name.project, topic.name.id, uid, None, now, now, topic.spec()
+        )
+
+        def change(view: cat.View) -> tuple[cat.Changes, None]:
+            if view.get(*entry.key) is not None:
+                raise errors.AlreadyExists(f"Topic already exists: {topic.name}")
+            return cat.Changes(put=[entry]), None
+
+        try:
+            self.catalog.transact(change)
+        except errors.LakePubSubError:
+            self.lake.remove_tree("topics", uid)
+            raise
+        return replace(topic, uid=uid, created_us=now)
+
+    def get_topic(self, name: TopicName) -> Topic:
+        return _topic(self._topic_entry(name))
+
+    def list_topics(
+        self, project: str, *, page_size: int = 0, page_token: str = ""
+    ) -> tuple[list[Topic], str]:
+        validate_project(project)
+        entries = self._view(True).of_kind(cat.TOPIC, project)
+        page, token = _page(entries, page_size, page_token)
+        return [_topic(e) for e in page], token
+
+    def update_topic(self, name: TopicName, changes: dict[str, Any], mask: list[str]) -> Topic:
+        def change(view: cat.View) -> tuple[cat.Changes, Topic]:
+            entry = view.get(cat.TOPIC, name.project, name.id)
+            if entry is None:
+                raise errors.NotFound(f"Topic not found: {name}")
+            topic = _topic(entry).updated(changes, mask)
+            new = replace(entry, spec=topic.spec(), updated_us=_now_us())
+            return cat.Changes(put=[new]), topic
+
+        return self.catalog.transact(change)
+
+    def delete_topic(self, name: TopicName) -> None:
+        """Delete a topic with its subscriptions and snapshots; their data goes too."""
+
+        def change(view: cat.View) -> tuple[cat.Changes, list[cat.Entry]]:
+            entry = view.get(cat.TOPIC, name.project, name.id)
+            if entry is None:
+                raise errors.NotFound(f"Topic not found: {name}")
+            doomed = [entry, *view.attached_to(entry.uid)]
+            return cat.Changes(delete=[e.key for e in doomed]), doomed
+
+        doomed = self.catalog.transact(change)
+        for entry in doomed:
+            self._forget(entry)
+
+    def list_topic_subscriptions(
+        self, name: TopicName, *, page_size: int = 0, page_token: str = ""
+    ) -> tuple[list[str], str]:
+        entry = self._topic_entry(name)
+        subs = [e for e in self._view(False).attached_to(entry.uid) if e.kind == cat.SUBSCRIPTION]
+        page, token = _page(subs, page_size, page_token)
+        return [SubscriptionName(e.project, e.name).path for e in page], token
+
+    # -- publish ---------------------------------------------------------------------------
+
+    def publish_future(
+        self, name: TopicName, messages: Sequence[PublishMessage]
+    ) -> Future[list[str]]:
+        """Queue a publish; the future gives the message ids once they are committed.
+
+        An id is returned only for a message that is durably in the topic's table.
+        On an error the messages may or may not have been stored (at-least-once:
+        a retry can duplicate them, it cannot lose them).
+        """
+        size = validate_batch(messages)
+        entry = self._topic_entry(name, fresh=False)
+        return self._publisher(entry.uid).submit(messages, size)
+
+    def publish(self, name: TopicName, messages: Sequence[PublishMessage]) -> list[str]:
+        return self.publish_future(name, messages).result()
+
+    def _publisher(self, topic_uid: str) -> TopicPublisher:
+        with self._lock:
+            if self._closed:
+                raise errors.Unavailable("the engine is shutting down")
+            publisher = self._publishers.get(topic_uid)
+            if publisher is None:
+                publisher = TopicPublisher(
+                    self.lake,
+                    topic_uid,
+                    self.settings,
+                    on_commit=lambda batch: self._published(topic_uid, batch),
+                )
+                self._publishers[topic_uid] = publisher
+            return publisher
+
+    def _published(self, topic_uid: str, batch: pa.Table) -> None:
+        with self._lock:
+            waiting = [
+                d for d in self._dispatchers.values() if d.subscription.topic_uid == topic_uid
+            ]
+        for dispatcher in waiting:
+            dispatcher.nudge()
+
+    # -- subscriptions -----------------------------------------------------------------
+
+    def create_subscription(self, sub: Subscription) -> Subscription:
+        """Create a subscription. It receives every message published after this returns."""
+        sub = sub.validated()
+        topic = self._topic_entry(sub.topic)
+        if sub.dead_letter_policy is not None:
+            self._topic_entry(sub.dead_letter_policy.dead_letter_topic)
+        uid = uuid.uuid4().hex
+        now = _now_us()
+        sub = replace(sub, uid=uid, topic_uid=topic.uid, created_us=now)
+        # The subscription point: the topic head as of now, read from storage.
+        head = MessagesTable(self.lake, topic.uid).head()
+        self.lake.create_with(
+            self.lake.leases_uri(uid),
+            leases.initial_rows(head, now),
+            configuration=schemas.LEASES_PROPERTIES,
+        )
+        entry = cat.Entry(
+            cat.SUBSCRIPTION, sub.name.project, sub.name.id, uid, topic.uid, now, now, sub.spec()
+        )
+
+        def change(view: cat.View) -> tuple[cat.Changes, None]:
+            if view.get(*entry.key) is not None:
+                raise errors.AlreadyExists(f"Subscription already exists: {sub.name}")
+            current = view.get(cat.TOPIC, sub.topic.project, sub.topic.id)
+            if current is None or current.uid != topic.uid:
+                raise errors.NotFound(f"Topic not found: {sub.topic}")
+            return cat.Changes(put=[entry]), None
+
+        try:
+            self.catalog.transact(change)
+        except errors.LakePubSubError:
+            self.lake.remove_tree("subscriptions", uid)
+            raise
+        return sub
+
+    def get_subscription(self, name: SubscriptionName) -> Subscription:
+        return self._subscription(name)
+
+    def list_subscriptions(
+        self, project: str, *, page_size: int = 0, page_token: str = ""
+    ) -> tuple[list[Subscription], str]:
+        validate_project(project)
+        entries = self._view(True).of_kind(cat.SUBSCRIPTION, project)
+        page, token = _page(entries, page_size, page_token)
+        return [_subscription(e) for e in page], token
+
+    def update_subscription(
+        self, name: SubscriptionName, changes: dict[str, Any], mask: list[str]
+    ) -> Subscription:
+        def change(view: cat.View) -> tuple[cat.Changes, Subscription]:
+            entry = view.get(cat.SUBSCRIPTION, name.project, name.id)
+            if entry is None:
+                raise errors.NotFound(f"Subscription does not exist: {name}")
+            sub = _subscription(entry).updated(changes, mask)
+            if sub.dead_letter_policy is not None:
+                dlt = sub.dead_letter_policy.dead_letter_topic
+                if view.get(cat.TOPIC, dlt.project, dlt.id) is None:
+                    raise errors.NotFound(f"Topic not found: {dlt}")
+            return cat.Changes(put=[replace(entry, spec=sub.spec(), updated_us=_now_us())]), sub
+
+        return self.catalog.transact(change)
+
+    def delete_subscription(self, name: SubscriptionName) -> None:
+        """Delete a subscription; its pending messages are dropped at once."""
+
+        def change(view: cat.View) -> tuple[cat.Changes, cat.Entry]:
+            entry = view.get(cat.SUBSCRIPTION, name.project, name.id)
+            if entry is None:
+                raise errors.NotFound(f"Subscription does not exist: {name}")
+            return cat.Changes(delete=[entry.key]), entry
+
+        self._forget(self.catalog.transact(change))
+
+    def _forget(self, entry: cat.Entry) -> None:
+        """Stop local work on a deleted resource and remove its tables."""
+        with self._lock:
+            publisher = self._publishers.pop(entry.uid, None)
+            dispatcher = self._dispatchers.pop(entry.uid, None)
+        if dispatcher is not None:
+            dispatcher.stop(errors.NotFound(f"{entry.kind} was deleted: {entry.name}"))
+        if publisher is not None:
+            publisher.close()
+        if entry.kind == cat.TOPIC:
+            self.lake.remove_tree("topics", entry.uid)
+        elif entry.kind == cat.SUBSCRIPTION:
+            self.lake.remove_tree("subscriptions", entry.uid)
+        else:
+            self.lake.remove_tree("snapshots", entry.uid)
+
+    # -- delivery ----------------------------------------------------------------------
+
+    def _dispatcher(self, name: SubscriptionName) -> Dispatcher:
+        sub = self._subscription(name, fresh=False)
+        with self._lock:
+            if self._closed:
+                raise errors.Unavailable("the engine is shutting down")
+            dispatcher = self._dispatchers.get(sub.uid)
+            if dispatcher is None or not dispatcher.alive:
+                dispatcher = Dispatcher(
+                    self.lake,
+                    self.settings,
+                    sub,
+                    lookup=lambda: self._lookup_uid(sub.name, sub.uid),
+                    on_exit=self._dispatcher_exited,
+                )
+                self._dispatchers[sub.uid] = dispatcher
+            return dispatcher
+
+    def _lookup_uid(self, name: SubscriptionName, uid: str) -> Subscription | None:
+        entry = self._view(False).get(cat.SUBSCRIPTION, name.project, name.id)
+        return _subscription(entry) if entry is not None and entry.uid == uid else None
+
+    def _dispatcher_exited(self, dispatcher: Dispatcher) -> None:
+        with self._lock:
+            if self._dispatchers.get(dispatcher.subscription.uid) is dispatcher:
+                del self._dispatchers[dispatcher.subscription.uid]
+
+    def _submit(
+        self, name: SubscriptionName, make: Callable[[], PullRequest | AckRequest | TruncateRequest]
+    ) -> Future[Any]:
+        for _ in range(3):
+            request = make()
+            try:
+                self._dispatcher(name).submit(request)
+            except errors.Unavailable:
+                if self._closed:
+                    raise
+                continue  # the dispatcher exited just now; start another
+            return request.future
+        raise errors.Unavailable("could not reach the subscription's dispatcher; retry")
+
+    def pull_future(
+        self, name: SubscriptionName, *, max_messages: int, return_immediately: bool = False
+    ) -> Future[list[ReceivedMessage]]:
+        """Lease up to ``max_messages`` messages (and truncation events) for the ack deadline.
+
+        Without ``return_immediately`` a pull with nothing to deliver waits up to
+        ``settings.pull_wait_s`` for something to arrive. Delivery is at least
+        once: a message whose lease expires or is nacked is delivered again.
+        """
+        if max_messages <= 0:
+            raise errors.InvalidArgument("maxMessages must be a positive number")
+        sub = self._subscription(name, fresh=False)
+        if sub.detached:
+            raise errors.FailedPrecondition(f"Subscription is detached: {name}")
+        wait = 0.0 if return_immediately else self.settings.pull_wait_s
+        count = min(max_messages, constants.MAX_PULL_MESSAGES)
+        return self._submit(name, lambda: PullRequest(count, time.monotonic() + wait))
+
+    def pull(
+        self, name: SubscriptionName, *, max_messages: int, return_immediately: bool = False
+    ) -> list[ReceivedMessage]:
+        return self.pull_future(
+            name, max_messages=max_messages, return_immediately=return_immediately
+        ).result()
+
+    def acknowledge_future(
+        self, name: SubscriptionName, ack_ids: list[str]
+    ) -> Future[dict[str, str]]:
+        """Acknowledge deliveries. The future gives per-id failures (exactly-once only).
+
+        Without exactly-once, acks are idempotent and best effort: an ack for a
+        lease that expired still removes the message if it was not acked yet.
+        """
+        parsed = parse_all(ack_ids)
+        return self._submit(name, lambda: AckRequest(parsed, None))
+
+    def acknowledge(self, name: SubscriptionName, ack_ids: list[str]) -> dict[str, str]:
+        return self.acknowledge_future(name, ack_ids).result()
+
+    def modify_ack_deadline_future(
+        self, name: SubscriptionName, ack_ids: list[str], deadline_s: int
+    ) -> Future[dict[str, str]]:
+        """Extend leases to ``deadline_s`` from now; 0 makes them redeliverable (a nack)."""
+        if not 0 <= deadline_s <= constants.MAX_ACK_DEADLINE_S:
+            raise errors.InvalidArgument(
+                f"ackDeadlineSeconds must be between 0 and {constants.MAX_ACK_DEADLINE_S}"
+            )
+        parsed = parse_all(ack_ids)
+        return self._submit(name, lambda: AckRequest(parsed, deadline_s))
+
+    def modify_ack_deadline(
+        self, name: SubscriptionName, ack_ids: list[str], deadline_s: int
+    ) -> dict[str, str]:
+        return self.modify_ack_deadline_future(name, ack_ids, deadline_s).result()
+
+    def nack(self, name: SubscriptionName, ack_ids: list[str]) -> dict[str, str]:
+        return self.modify_ack_deadline(name, ack_ids, 0)
+
+    def truncate_future(
+        self, name: SubscriptionName, *, end_offset: int | None = None, reason: str = "request"
+    ) -> Future[TruncationEvent]:
+        """Drop every message not yet acknowledged (below ``end_offset``, default all
+        published so far) and queue a truncation event for the next pull."""
+        return self._submit(name, lambda: TruncateRequest(end_offset, reason))
+
+    def truncate(
+        self, name: SubscriptionName, *, end_offset: int | None = None, reason: str = "request"
+    ) -> TruncationEvent:
+        return self.truncate_future(name, end_offset=end_offset, reason=reason).result()
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Commit queued publishes, answer waiting pulls, stop every thread."""
+        with self._lock:
+            self._closed = True
+            publishers = list(self._publishers.values())
+            dispatchers = list(self._dispatchers.values())
+            self._publishers.clear()
+            self._dispatchers.clear()
+        for publisher in publishers:
+            publisher.close()
+        for dispatcher in dispatchers:
+            dispatcher.stop()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _topic(entry: cat.Entry) -> Topic:
+    return Topic.from_spec(
+        TopicName(entry.project, entry.name), entry.uid, entry.created_us, entry.spec
+    )
+
+
+def _subscription(entry: cat.Entry) -> Subscription:
+    return Subscription.from_spec(
+        SubscriptionName(entry.project, entry.name),
+        entry.uid,
+        entry.topic_uid or "",
+        entry.created_us,
+        entry.spec,
+    )
+
+
+def _page(entries: list[cat.Entry], page_size: int, page_token: str) -> tuple[list[cat.Entry], str]:
+    """A page of entries sorted by name, after the one the token names."""
+    if page_size < 0:
+        raise errors.InvalidArgument("pageSize must not be negative")
+    size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+    start = 0
+    if page_token:
+        try:
+            after = base64.urlsafe_b64decode(page_token.encode()).decode()
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise errors.InvalidArgument("Invalid pageToken") from exc
+        names = [e.name for e in entries]
+        start = next((i for i, n in enumerate(names) if n > after), len(entries))
+    page = entries[start : start + size]
+    more = start + size < len(entries)
+    token = base64.urlsafe_b64encode(page[-1].name.encode()).decode() if more else ""
+    return page, token

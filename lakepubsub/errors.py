@@ -1,0 +1,90 @@
+"""Errors, one class per google.rpc status code the service can return.
+
+The API maps them to HTTP in one place (``api/errors.py``); the library raises
+them and never deals with HTTP.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class LakePubSubError(Exception):
+    """Root of every error the library raises on purpose."""
+
+    status: ClassVar[str] = "UNKNOWN"
+    http_status: ClassVar[int] = 500
+
+    def __init__(self, message: str, *, details: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details or []
+
+
+class InvalidArgument(LakePubSubError):
+    status = "INVALID_ARGUMENT"
+    http_status = 400
+
+
+class FailedPrecondition(LakePubSubError):
+    status = "FAILED_PRECONDITION"
+    http_status = 400
+
+
+class OutOfRange(LakePubSubError):
+    status = "OUT_OF_RANGE"
+    http_status = 400
+
+
+class Unauthenticated(LakePubSubError):
+    status = "UNAUTHENTICATED"
+    http_status = 401
+
+
+class PermissionDenied(LakePubSubError):
+    status = "PERMISSION_DENIED"
+    http_status = 403
+
+
+class NotFound(LakePubSubError):
+    status = "NOT_FOUND"
+    http_status = 404
+
+
+class AlreadyExists(LakePubSubError):
+    status = "ALREADY_EXISTS"
+    http_status = 409
+
+
+class Aborted(LakePubSubError):
+    """A commit kept losing optimistic-concurrency races; the caller may retry."""
+
+    status = "ABORTED"
+    http_status = 409
+
+
+class ResourceExhausted(LakePubSubError):
+    status = "RESOURCE_EXHAUSTED"
+    http_status = 429
+
+
+class Cancelled(LakePubSubError):
+    status = "CANCELLED"
+    http_status = 499
+
+
+class Internal(LakePubSubError):
+    status = "INTERNAL"
+    http_status = 500
+
+
+class Unavailable(LakePubSubError):
+    """Storage could not be reached or refused the request; nothing was committed."""
+
+    status = "UNAVAILABLE"
+    http_status = 503
+
+
+class DeadlineExceeded(LakePubSubError):
+    status = "DEADLINE_EXCEEDED"
+    http_status = 504

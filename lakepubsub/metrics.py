@@ -1,0 +1,29 @@
+"""Process metrics, exported in Prometheus format by the API's ``/metrics``."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+_LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_ROWS_BUCKETS = (1, 10, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 50_000)
+
+COMMITS = Counter("lakepubsub_delta_commits_total", "Delta commits made by this process", ["table"])
+COMMIT_CONFLICTS = Counter(
+    "lakepubsub_commit_conflicts_total",
+    "Optimistic commits that lost a race and were retried",
+    ["table"],
+)
+COMMIT_SECONDS = Histogram(
+    "lakepubsub_commit_seconds", "Delta commit latency", ["table"], buckets=_LATENCY_BUCKETS_S
+)
+ROWS_PER_COMMIT = Histogram(
+    "lakepubsub_rows_per_commit", "Rows written per Delta commit", ["table"], buckets=_ROWS_BUCKETS
+)
+PUBLISHED = Counter("lakepubsub_published_messages_total", "Messages published")
+DELIVERED = Counter("lakepubsub_delivered_messages_total", "Messages handed out by pull")
+ACKED = Counter("lakepubsub_acked_messages_total", "Acknowledgements applied")
+BACKLOG = Gauge(
+    "lakepubsub_subscription_backlog_messages",
+    "Messages not yet acknowledged, as last seen by this process",
+    ["subscription"],
+)

@@ -1,0 +1,186 @@
+"""Group commit: every publish request in flight for a topic joins the next Delta commit.
+
+One committer thread per topic per process. Callers build their part of the
+Arrow batch in their own thread; the committer concatenates what has queued,
+numbers it from the topic head, and appends it with a strict compare-and-swap.
+A lost race refreshes the head and renumbers; nothing is reordered within a
+request and no request is split across commits.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+import pyarrow as pa
+from deltalake.exceptions import CommitFailedError
+
+from lakepubsub import errors, metrics, retry, schemas
+from lakepubsub._lake import Lake
+from lakepubsub.messages import PublishMessage, to_arrow
+from lakepubsub.settings import Settings
+from lakepubsub.topic_table import MessagesTable
+
+log = logging.getLogger(__name__)
+
+# Upper bounds on one group commit; a single request (<= 10 MB) always fits.
+MAX_ROWS_PER_COMMIT = 50_000
+MAX_BYTES_PER_COMMIT = 64 * 1024 * 1024
+
+OnCommit = Callable[[pa.Table], None]
+
+
+@dataclass
+class _Request:
+    columns: pa.Table
+    size: int
+    future: Future[list[str]]
+
+
+class TopicPublisher:
+    """Appends publish requests for one topic, many per commit."""
+
+    def __init__(
+        self, lake: Lake, topic_uid: str, settings: Settings, on_commit: OnCommit | None = None
+    ) -> None:
+        self.topic_uid = topic_uid
+        self._lake = lake
+        self._settings = settings
+        self._on_commit = on_commit
+        self._app_id = f"lakepubsub-publisher-{uuid.uuid4()}"
+        self._txn = 0
+        self._cond = threading.Condition()
+        self._queue: list[_Request] = []
+        self._closed = False
+        self._table: MessagesTable | None = None
+        self._thread: threading.Thread | None = None
+
+    def submit(self, messages: Sequence[PublishMessage], size: int) -> Future[list[str]]:
+        """Queue a validated batch; the future resolves to its message ids once committed."""
+        request = _Request(to_arrow(messages), size, Future())
+        with self._cond:
+            if self._closed:
+                raise errors.Unavailable("the publisher is shutting down")
+            self._queue.append(request)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name=f"publish-{self.topic_uid[:8]}", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify()
+        return request.future
+
+    def close(self) -> None:
+        """Commit everything queued, then stop."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+
+    def _run(self) -> None:
+        idle_since = time.monotonic()
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._cond.wait(timeout=1.0)
+                    if (
+                        not self._queue
+                        and time.monotonic() - idle_since > self._settings.worker_idle_exit_s
+                    ):
+                        self._thread = None
+                        return
+                if not self._queue and self._closed:
+                    self._thread = None
+                    return
+                group = self._take()
+            self._commit(group)
+            idle_since = time.monotonic()
+
+    def _take(self) -> list[_Request]:
+        group: list[_Request] = []
+        rows = size = 0
+        while self._queue:
+            nxt = self._queue[0]
+            if group and (
+                rows + nxt.columns.num_rows > MAX_ROWS_PER_COMMIT
+                or size + nxt.size > MAX_BYTES_PER_COMMIT
+            ):
+                break
+            group.append(self._queue.pop(0))
+            rows += nxt.columns.num_rows
+            size += nxt.size
+        return group
+
+    def _commit(self, group: list[_Request]) -> None:
+        try:
+            first = self._append(pa.concat_tables([r.columns for r in group]))
+        except Exception as exc:  # every caller learns the outcome
+            failure = exc if isinstance(exc, errors.LakePubSubError) else errors.Internal(str(exc))
+            if not isinstance(exc, errors.LakePubSubError):
+                log.exception("publish commit failed")
+            for request in group:
+                request.future.set_exception(failure)
+            return
+        offset = first
+        for request in group:
+            n = request.columns.num_rows
+            request.future.set_result([str(o) for o in range(offset, offset + n)])
+            offset += n
+        metrics.PUBLISHED.inc(offset - first)
+
+    def _append(self, columns: pa.Table) -> int:
+        """Number and commit ``columns``; return the first offset."""
+        if self._table is None:
+            self._table = MessagesTable(self._lake, self.topic_uid)
+        table = self._table
+        for attempt in range(self._settings.commit_attempts):
+            head = table.head()
+            batch = _numbered(columns, head)
+            self._txn += 1
+            try:
+                table.append(batch, app_id=self._app_id, txn_version=self._txn)
+            except CommitFailedError:
+                metrics.COMMIT_CONFLICTS.labels("messages").inc()
+                table.refresh()
+                time.sleep(retry.backoff_s(attempt))
+                continue
+            except errors.Unavailable:
+                # The commit may have landed before the error: ask the table.
+                if table.committed(self._app_id, self._txn):
+                    self._after_commit(batch)
+                    return head
+                raise
+            self._after_commit(batch)
+            return head
+        raise errors.Aborted(
+            f"publish gave up after {self._settings.commit_attempts} conflicting commits; retry"
+        )
+
+    def _after_commit(self, batch: pa.Table) -> None:
+        if self._on_commit is not None:
+            self._on_commit(batch)
+
+
+def _numbered(columns: pa.Table, head: int) -> pa.Table:
+    n = columns.num_rows
+    offsets = pa.array(range(head, head + n), pa.int64())
+    now_us = time.time_ns() // 1000
+    return pa.table(
+        {
+            "offset": offsets,
+            "message_id": offsets.cast(pa.string()),
+            "publish_time": pa.array([now_us] * n, pa.int64()).cast(schemas.UTC_US),
+            "data": columns["data"],
+            "attributes": columns["attributes"],
+            "ordering_key": columns["ordering_key"],
+            "size": columns["size"],
+        },
+        schema=schemas.MESSAGES,
+    )

@@ -1,0 +1,91 @@
+"""Arrow schemas and table properties of every Delta table in the lake.
+
+docs/architecture.md describes the same tables for people; keep them in step.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from lakepubsub import constants
+
+UTC_US = pa.timestamp("us", tz="UTC")
+ATTRIBUTES = pa.map_(pa.string(), pa.string())
+
+# One row per published message. Offsets are dense per topic and never reused.
+MESSAGES = pa.schema(
+    [
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("message_id", pa.string(), nullable=False),
+        pa.field("publish_time", UTC_US, nullable=False),
+        pa.field("data", pa.binary()),
+        pa.field("attributes", ATTRIBUTES),
+        pa.field("ordering_key", pa.string()),
+        pa.field("size", pa.int64(), nullable=False),
+    ]
+)
+
+# Row kinds of a subscription's lease table.
+KIND_CURSOR = 0
+KIND_MESSAGE = 1
+KIND_EVENT = 2
+
+# One table per subscription: one cursor row, one row per outstanding message
+# (leased, waiting for redelivery, or held back by ordering), one row per
+# undelivered or unacknowledged event. Acknowledging deletes the row.
+LEASES = pa.schema(
+    [
+        pa.field("kind", pa.int8(), nullable=False),
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("delivery_id", pa.int64(), nullable=False),
+        pa.field("attempt", pa.int32(), nullable=False),
+        pa.field("state", pa.int8(), nullable=False),
+        pa.field("deadline_us", pa.int64(), nullable=False),
+        pa.field("ordering_key", pa.string()),
+        pa.field("event", pa.string()),
+        pa.field("frontier", pa.int64()),
+        pa.field("next_delivery", pa.int64()),
+        pa.field("next_event", pa.int64()),
+        pa.field("active_us", pa.int64()),
+    ]
+)
+
+# Topics, subscriptions and snapshots: a small table, read whole and cached.
+CATALOG = pa.schema(
+    [
+        pa.field("kind", pa.string(), nullable=False),
+        pa.field("project", pa.string(), nullable=False),
+        pa.field("name", pa.string(), nullable=False),
+        pa.field("uid", pa.string(), nullable=False),
+        pa.field("topic_uid", pa.string()),
+        pa.field("created_us", pa.int64(), nullable=False),
+        pa.field("updated_us", pa.int64(), nullable=False),
+        pa.field("spec", pa.string(), nullable=False),
+    ]
+)
+
+# One row per truncation (explicit or by policy), for operators to query.
+TRUNCATIONS = pa.schema(
+    [
+        pa.field("subscription", pa.string(), nullable=False),
+        pa.field("subscription_uid", pa.string(), nullable=False),
+        pa.field("time", UTC_US, nullable=False),
+        pa.field("reason", pa.string(), nullable=False),
+        pa.field("first_offset", pa.int64(), nullable=False),
+        pa.field("end_offset", pa.int64(), nullable=False),
+        pa.field("messages_dropped", pa.int64(), nullable=False),
+        pa.field("bytes_dropped", pa.int64(), nullable=False),
+    ]
+)
+
+_COMMON = {
+    "delta.checkpointInterval": constants.CHECKPOINT_INTERVAL,
+    "delta.logRetentionDuration": constants.LOG_RETENTION,
+}
+MESSAGES_PROPERTIES = {
+    **_COMMON,
+    "delta.setTransactionRetentionDuration": constants.SET_TRANSACTION_RETENTION,
+}
+LEASES_PROPERTIES = dict(_COMMON)
+CATALOG_PROPERTIES = dict(_COMMON)
+TRUNCATIONS_PROPERTIES = {**_COMMON, "delta.appendOnly": "true"}

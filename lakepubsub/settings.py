@@ -1,0 +1,63 @@
+"""Settings, read from the environment in this one place."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from lakepubsub import constants
+
+DEFAULT_LAKE = "./.lake"
+
+# Environment variables handed to delta-rs (object_store) and boto3 when the lake is on S3.
+_AWS_VARIABLES = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_ALLOW_HTTP",
+    "AWS_PROFILE",
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything configurable about one process's view of a lake.
+
+    ``lake`` is a local directory or ``s3://bucket/prefix``; ``storage_options``
+    are object_store options for S3 (endpoint, credentials, region).
+    """
+
+    lake: str = DEFAULT_LAKE
+    storage_options: Mapping[str, str] = field(default_factory=dict)
+    catalog_max_staleness_s: float = constants.CATALOG_MAX_STALENESS_S
+    pull_wait_s: float = constants.PULL_WAIT_S
+    pull_poll_interval_s: float = constants.PULL_POLL_INTERVAL_S
+    commit_attempts: int = constants.COMMIT_ATTEMPTS
+    worker_idle_exit_s: float = constants.WORKER_IDLE_EXIT_S
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
+        """Read ``LAKEPUBSUB_*`` and the standard AWS variables."""
+        env = os.environ if environ is None else environ
+        options = {name: env[name] for name in _AWS_VARIABLES if env.get(name)}
+        endpoint = env.get("LAKEPUBSUB_S3_ENDPOINT")
+        if endpoint:
+            options["AWS_ENDPOINT_URL"] = endpoint
+        if options.get("AWS_ENDPOINT_URL", "").startswith("http://"):
+            options.setdefault("AWS_ALLOW_HTTP", "true")
+        if "AWS_REGION" not in options and "AWS_DEFAULT_REGION" in options:
+            options["AWS_REGION"] = options["AWS_DEFAULT_REGION"]
+        options.pop("AWS_DEFAULT_REGION", None)
+        settings = cls(
+            lake=env.get("LAKEPUBSUB_LAKE", DEFAULT_LAKE),
+            storage_options=options,
+            catalog_max_staleness_s=float(
+                env.get("LAKEPUBSUB_CATALOG_MAX_STALENESS_S", constants.CATALOG_MAX_STALENESS_S)
+            ),
+            pull_wait_s=float(env.get("LAKEPUBSUB_PULL_WAIT_S", constants.PULL_WAIT_S)),
+        )
+        return replace(settings, **overrides)  # type: ignore[arg-type]
