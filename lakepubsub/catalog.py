@@ -171,7 +171,9 @@ class Catalog:
         """Nothing to flush: every change is committed before ``transact`` returns."""
 
 
-_SOURCE = pa.schema([pa.field("op", pa.string()), *schemas.CATALOG])
+_SOURCE = pa.schema(
+    [pa.field("op", pa.string()), *(f.with_nullable(True) for f in schemas.CATALOG)]
+)
 _UPDATES = {f.name: f"s.{f.name}" for f in schemas.CATALOG}
 
 
