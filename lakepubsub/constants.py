@@ -37,10 +37,12 @@ CHECKPOINT_INTERVAL = "10"
 SET_TRANSACTION_RETENTION = "interval 7 days"
 LOG_RETENTION = "interval 7 days"
 
-# Optimistic concurrency: attempts before a commit gives up, and the back-off.
+# Optimistic concurrency: a commit that keeps losing races is retried at least
+# COMMIT_ATTEMPTS times and for at least COMMIT_BUDGET_S seconds, with back-off.
 COMMIT_ATTEMPTS = 12
+COMMIT_BUDGET_S = 10.0
 COMMIT_BACKOFF_BASE_S = 0.002
-COMMIT_BACKOFF_MAX_S = 0.25
+COMMIT_BACKOFF_MAX_S = 2.0
 
 # How stale a process's cached catalog may be on the hot path (publish, pull)
 # before it rereads the catalog table. Admin calls always reread it.

@@ -258,7 +258,7 @@ class Dispatcher:
     ) -> tuple[list[dict[str, str]], list[TruncationEvent], list[ReceivedMessage]]:
         table, messages, state = self._load()
         sub = self.subscription
-        planner = Planner(state, _policy(sub), time.time_ns() // 1000)
+        planner = Planner(state, _policy(sub), self._settings.clock_us())
         ack_results = [
             planner.acknowledge(r.ack_ids)
             if r.deadline_s is None

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from deltalake.exceptions import CommitFailedError
 
-from lakepubsub import errors, metrics, retry, schemas
+from lakepubsub import constants, errors, metrics, retry, schemas
 from lakepubsub._lake import Lake
 from lakepubsub.messages import PublishMessage, to_arrow
 from lakepubsub.settings import Settings
@@ -140,7 +140,9 @@ class TopicPublisher:
         if self._table is None:
             self._table = MessagesTable(self._lake, self.topic_uid)
         table = self._table
-        for attempt in range(self._settings.commit_attempts):
+        budget = retry.Budget(self._settings.commit_attempts, constants.COMMIT_BUDGET_S)
+        while True:
+            started = time.monotonic()
             head = table.head()
             batch = _numbered(columns, head)
             self._txn += 1
@@ -148,8 +150,10 @@ class TopicPublisher:
                 table.append(batch, app_id=self._app_id, txn_version=self._txn)
             except CommitFailedError:
                 metrics.COMMIT_CONFLICTS.labels("messages").inc()
+                if not budget.another():
+                    break
                 table.refresh()
-                time.sleep(retry.backoff_s(attempt))
+                time.sleep(retry.backoff_s(budget.tries - 1, time.monotonic() - started))
                 continue
             except errors.Unavailable:
                 # The commit may have landed before the error: ask the table.
@@ -159,9 +163,7 @@ class TopicPublisher:
                 raise
             self._after_commit(batch)
             return head
-        raise errors.Aborted(
-            f"publish gave up after {self._settings.commit_attempts} conflicting commits; retry"
-        )
+        raise errors.Aborted(f"publish gave up after {budget.tries} conflicting commits; retry")
 
     def _after_commit(self, batch: pa.Table) -> None:
         if self._on_commit is not None:

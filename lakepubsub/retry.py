@@ -16,10 +16,29 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def backoff_s(attempt: int) -> float:
-    """Full-jitter exponential back-off for the given zero-based attempt."""
-    cap = min(constants.COMMIT_BACKOFF_MAX_S, constants.COMMIT_BACKOFF_BASE_S * 2**attempt)
-    return random.uniform(0, cap)
+def backoff_s(attempt: int, attempt_s: float = 0.0) -> float:
+    """Full-jitter exponential back-off for the given zero-based attempt.
+
+    The base is the duration of the attempt that lost: contenders whose read-
+    compute-commit takes 400 ms on S3 must spread out over that scale, not 2 ms.
+    """
+    base = max(constants.COMMIT_BACKOFF_BASE_S, attempt_s)
+    return random.uniform(0, min(constants.COMMIT_BACKOFF_MAX_S, base * 2**attempt))
+
+
+class Budget:
+    """How long an optimistic loop keeps trying: at least ``attempts`` tries, and
+    more while fewer than ``seconds`` have passed (contention is bursty)."""
+
+    def __init__(self, attempts: int, seconds: float) -> None:
+        self.attempts = attempts
+        self.seconds = seconds
+        self.started = time.monotonic()
+        self.tries = 0
+
+    def another(self) -> bool:
+        self.tries += 1
+        return self.tries < self.attempts or time.monotonic() - self.started < self.seconds
 
 
 def optimistic(
@@ -27,19 +46,25 @@ def optimistic(
     *,
     table: str,
     attempts: int = constants.COMMIT_ATTEMPTS,
+    budget_s: float = constants.COMMIT_BUDGET_S,
 ) -> T:
-    """Run ``attempt`` until its commit wins, at most ``attempts`` times.
+    """Run ``attempt`` until its commit wins or the retry budget is spent.
 
     ``attempt`` must read the state it depends on afresh each time, compute its
     change from that, and commit with a strict compare-and-swap, so a lost race
     raises ``CommitFailedError`` and leaves nothing behind.
     """
-    for n in range(attempts):
+    budget = Budget(attempts, budget_s)
+    while True:
+        started = time.monotonic()
         try:
             return attempt()
         except CommitFailedError:
             metrics.COMMIT_CONFLICTS.labels(table).inc()
-            if n + 1 == attempts:
+            if not budget.another():
                 break
-            time.sleep(backoff_s(n))
-    raise errors.Aborted(f"{table}: gave up after {attempts} conflicting commits; retry")
+            time.sleep(backoff_s(budget.tries - 1, time.monotonic() - started))
+    raise errors.Aborted(
+        f"{table}: gave up after {budget.tries} conflicting commits in "
+        f"{time.monotonic() - budget.started:.1f} s; retry"
+    )

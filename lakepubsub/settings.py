@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from lakepubsub import constants
@@ -23,6 +24,10 @@ _AWS_VARIABLES = (
 )
 
 
+def wall_clock_us() -> int:
+    return time.time_ns() // 1000
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything configurable about one process's view of a lake.
@@ -38,6 +43,8 @@ class Settings:
     pull_poll_interval_s: float = constants.PULL_POLL_INTERVAL_S
     commit_attempts: int = constants.COMMIT_ATTEMPTS
     worker_idle_exit_s: float = constants.WORKER_IDLE_EXIT_S
+    # The clock lease deadlines are measured against (tests drive it by hand).
+    clock_us: Callable[[], int] = field(default=wall_clock_us, compare=False, repr=False)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from lakepubsub import Engine, PublishMessage, Subscription, SubscriptionName, Topic, TopicName
-from lakepubsub import errors
+from lakepubsub import (
+    Engine,
+    PublishMessage,
+    Subscription,
+    SubscriptionName,
+    Topic,
+    TopicName,
+    errors,
+)
 
 
 def test_create_get_and_duplicate(engine: Engine) -> None:

@@ -1,0 +1,69 @@
+"""Driver-side delta-rs access: open a table at a pinned version and describe it for Spark."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import pyarrow as pa
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError, TableNotFoundError
+from pyspark.sql.types import StructType
+
+from lakepubsub import errors
+
+_COLUMN_MAPPING_MODE = "delta.columnMapping.mode"
+
+
+def open_table(
+    path: str,
+    storage_options: dict[str, str] | None,
+    *,
+    version: int | None = None,
+    timestamp: datetime | None = None,
+) -> DeltaTable:
+    """The table at ``version``, at the last version committed by ``timestamp``, or the latest.
+
+    Raises ``NotFound`` when there is no table (or no such version) and
+    ``FailedPrecondition`` when the table uses a feature this source cannot read.
+    """
+    try:
+        table = DeltaTable(path, version=version, storage_options=storage_options)
+        if timestamp is not None:
+            table.load_as_version(timestamp)
+    except TableNotFoundError as exc:
+        raise errors.NotFound(f"no Delta table at {path}") from exc
+    except DeltaError as exc:
+        if version is not None or timestamp is not None:
+            when = f"version {version}" if version is not None else f"time {timestamp}"
+            raise errors.NotFound(f"{path}: cannot load {when}: {exc}") from exc
+        raise
+    check_readable(table)
+    return table
+
+
+def exists(path: str, storage_options: dict[str, str] | None) -> bool:
+    return bool(DeltaTable.is_deltatable(path, storage_options=storage_options))
+
+
+def check_readable(table: DeltaTable) -> None:
+    """Refuse tables whose data files do not hold their rows as plain parquet columns."""
+    mode = table.metadata().configuration.get(_COLUMN_MAPPING_MODE, "none")
+    if mode not in ("none", None):
+        raise errors.FailedPrecondition(f"{table.table_uri}: column mapping ({mode}) unsupported")
+    features = table.protocol().reader_features or []
+    if "deletionVectors" in features and pa.table(table.deletion_vectors().read_all()).num_rows:
+        raise errors.FailedPrecondition(f"{table.table_uri}: deletion vectors unsupported")
+
+
+def spark_schema(table: DeltaTable) -> StructType:
+    """The table's schema as Spark sees it; Delta's schema JSON is Spark's schema JSON."""
+    return StructType.fromJson(json.loads(table.schema().to_json()))
+
+
+def arrow_schema(table: DeltaTable) -> pa.Schema:
+    return pa.schema(table.schema().to_arrow())
+
+
+def partition_columns(table: DeltaTable) -> tuple[str, ...]:
+    return tuple(table.metadata().partition_columns)

@@ -1,0 +1,125 @@
+"""The batch reader: one Spark partition per data file of a pinned table version.
+
+Planning (driver) pins the version, lists its add actions and prunes them with
+the pushed filters; ``read`` (executor) opens one parquet file with pyarrow,
+applies the pushed filters row by row, adds the file's partition values and
+yields Arrow batches in exactly the schema Spark asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as pads
+from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from lakepubsub.spark import _filters, _scan, _table
+from lakepubsub.spark._files import TableFiles
+from lakepubsub.spark._options import SourceOptions
+
+# Rows per Arrow batch handed to Spark: small enough that a batch of 1 KiB
+# messages stays near 8 MiB on its way to the JVM.
+BATCH_ROWS = 8_192
+
+
+@dataclass(frozen=True)
+class FilePartition(InputPartition):
+    """One data file to read."""
+
+    file: _scan.DataFile
+
+
+class DeltaReader(DataSourceReader):
+    """Reads one pinned version of a Delta table; filter pushdown left to ``DeltaFilterReader``."""
+
+    def __init__(self, options: SourceOptions, schema: StructType, version: int | None) -> None:
+        self.options = options
+        self.schema = schema
+        self.version = version
+        self.filters: list[Filter] = []
+        self.planned_files: int | None = None
+
+    def partitions(self) -> Sequence[InputPartition]:
+        table = _table.open_table(
+            self.options.path,
+            self.options.delta_storage_options,
+            version=self.version,
+            timestamp=self.options.timestamp if self.version is None else None,
+        )
+        self.version = table.version()
+        columns = _table.partition_columns(table)
+        actions, files = _scan.data_files(table, columns)
+        kept = _scan.prune(actions, files, self.filters, _table.arrow_schema(table), columns)
+        self.planned_files = len(kept)
+        return [FilePartition(f) for f in kept]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, FilePartition):  # an empty table plans one placeholder
+            return
+        target = to_arrow_schema(self.schema, timezone="UTC")
+        yield from read_file(self.options, partition.file, target, self.filters)
+
+
+class DeltaFilterReader(DeltaReader):
+    """``DeltaReader`` taking the filters it can evaluate exactly (see ``_filters``)."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802 (Spark's name)
+        target = to_arrow_schema(self.schema, timezone="UTC")
+        for flt in filters:
+            try:
+                name = _filters.column_of(flt)
+                _filters.to_expression(flt, target.field(name).type)
+            except (_filters.UnsupportedFilter, KeyError):
+                yield flt
+            else:
+                self.filters.append(flt)
+
+
+def read_file(
+    options: SourceOptions, file: _scan.DataFile, target: pa.Schema, filters: Sequence[Filter]
+) -> Iterator[pa.RecordBatch]:
+    """The rows of one data file that pass ``filters``, as batches of schema ``target``."""
+    files = TableFiles(options.path, options.delta_storage_options)
+    dataset = pads.dataset(files.location(file.path), format="parquet", filesystem=files.fs)
+    present = set(dataset.schema.names)
+    constants = {
+        name: pa.scalar(value, type=target.field(name).type)
+        for name, value in file.partition_values
+        if name in target.names
+    }
+    row_filters = [f for f in filters if _filters.column_of(f) not in constants]
+    expression = _filters.conjunction(
+        [_filters.to_expression(f, target.field(_filters.column_of(f)).type) for f in row_filters]
+    )
+    # A filter on a column the file predates (schema evolution) sees nulls, so
+    # it is applied after the missing column is filled in.
+    late = expression is not None and any(_filters.column_of(f) not in present for f in row_filters)
+    columns = [name for name in target.names if name in present and name not in constants]
+    batches = dataset.to_batches(
+        columns=columns, filter=None if late else expression, batch_size=BATCH_ROWS
+    )
+    for batch in batches:
+        out = conform(batch, target, constants)
+        if late and expression is not None:
+            out = out.filter(expression)
+        if out.num_rows:
+            yield out
+
+
+def conform(batch: pa.RecordBatch, target: pa.Schema, constants: dict[str, Any]) -> pa.RecordBatch:
+    """``batch`` with exactly ``target``'s columns and types; constants and nulls fill the rest."""
+    arrays = []
+    for field in target:
+        if field.name in constants:
+            arrays.append(pa.repeat(constants[field.name], batch.num_rows))
+        elif field.name in batch.schema.names:
+            column = batch.column(field.name)
+            arrays.append(column if column.type == field.type else column.cast(field.type))
+        else:
+            arrays.append(pa.nulls(batch.num_rows, field.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=target)

@@ -1,0 +1,177 @@
+"""``read_table``: one call that reads a pinned Delta version the fastest way available.
+
+Two ways in:
+
+``"parquet"``
+    delta-rs pins the version and lists its data files; Spark's own parquet
+    reader reads exactly those files. Spark then prunes columns and pushes
+    filters into row groups, which the Python data source API cannot do
+    (PySpark 4.2 has no column pruning there). Needs the JVM to reach the
+    files: local paths, or ``s3://`` on a cluster with hadoop-aws (s3a).
+``"python"``
+    the ``lakedelta`` Python data source: per-file partitions pruned by Delta
+    statistics, pyarrow on the executors, storage reached through delta-rs, so
+    ``s3://`` works without any Hadoop jars.
+
+``"auto"`` picks ``"parquet"`` when it is exact (the JVM can open the paths and
+partition values can be read back from Hive-style directories) and
+``"python"`` otherwise. ``bench/spark_scan.py`` measures both.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Literal
+
+from deltalake import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
+
+from lakepubsub import errors
+from lakepubsub.spark import _commit, _scan, _table
+from lakepubsub.spark._options import SourceOptions
+from lakepubsub.spark.datasource import SOURCE_NAME
+
+ReadMode = Literal["auto", "parquet", "python"]
+
+# Hadoop glob characters: a path holding one would be expanded, not read as is.
+_GLOB = re.compile(r"[*?\[\]{}\\]")
+_PERCENT_ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
+_S3A_CLASS = "org.apache.hadoop.fs.s3a.S3AFileSystem"
+
+
+def read_table(
+    spark: SparkSession,
+    path: str,
+    *,
+    version: int | None = None,
+    timestamp: datetime | str | None = None,
+    storage_options: Mapping[str, str] | None = None,
+    mode: ReadMode = "auto",
+) -> DataFrame:
+    """One Delta table version as a DataFrame: ``version``, the one at ``timestamp``, or the latest.
+
+    The version is pinned now, so every action on the DataFrame sees the same
+    rows whatever is committed later. ``mode`` chooses the read path (module
+    docstring); ``"parquet"`` raises ``FailedPrecondition`` where it would not
+    be exact or the JVM cannot reach the files.
+    """
+    from lakepubsub.spark.session import register_source
+
+    options = SourceOptions.parse(
+        {
+            "path": path,
+            "versionAsOf": "" if version is None else str(version),
+            "timestampAsOf": _timestamp_text(timestamp),
+            **dict(storage_options or {}),
+        }
+    )
+    table = _table.open_table(
+        options.path,
+        options.delta_storage_options,
+        version=options.version,
+        timestamp=options.timestamp,
+    )
+    if mode not in ("auto", "parquet", "python"):
+        raise errors.InvalidArgument(f"read mode {mode!r}: use auto, parquet or python")
+    if mode != "python":
+        reason = _parquet_blocker(spark, options, table)
+        if reason is None:
+            return _parquet_frame(spark, options, table)
+        if mode == "parquet":
+            raise errors.FailedPrecondition(f"{options.path}: cannot read as parquet: {reason}")
+    register_source(spark)
+    return (
+        spark.read.format(SOURCE_NAME)
+        .option("path", options.path)
+        .option("versionAsOf", str(table.version()))
+        .options(**options.storage_options)
+        .load()
+    )
+
+
+def _parquet_blocker(spark: SparkSession, options: SourceOptions, table: DeltaTable) -> str | None:
+    """Why Spark's parquet reader would not read this version exactly; ``None`` if it would."""
+    if not options.is_local and not (options.path.startswith("s3://") and _jvm_has_s3a(spark)):
+        return "the JVM cannot open these paths (no hadoop-aws)"
+    if _GLOB.search(options.path):
+        return "the table path holds glob characters"
+    columns = _table.partition_columns(table)
+    if columns:
+        _, files = _scan.data_files(table, columns)
+        if not all(_hive_layout(f, columns) for f in files):
+            return "partition values are not all in Hive-style directories"
+    return None
+
+
+def _hive_layout(file: _scan.DataFile, columns: Sequence[str]) -> bool:
+    """Spark's partition discovery would read this file's partition values back exactly."""
+    parts = file.path.split("/")
+    if len(parts) != len(columns) + 1 or _GLOB.search(file.path):
+        return False
+    for part, (name, value) in zip(parts, file.partition_values, strict=False):
+        key, _, text = part.partition("=")
+        expected = _commit.NULL_PARTITION if value is None else _commit.partition_string(value)
+        if _unescape(key) != name or (_unescape(text) if value is not None else text) != expected:
+            return False
+    return True
+
+
+def _unescape(text: str) -> str:
+    # Spark decodes each %XX to one character (not UTF-8); matching it exactly is the point.
+    return _PERCENT_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), text)
+
+
+def _parquet_frame(spark: SparkSession, options: SourceOptions, table: DeltaTable) -> DataFrame:
+    schema = _table.spark_schema(table)
+    columns = _table.partition_columns(table)
+    _, files = _scan.data_files(table, columns)
+    if not files:
+        return spark.createDataFrame([], schema)
+    root = options.path
+    reader = spark.read
+    if options.is_local:
+        root = "file://" + root
+    else:
+        root = "s3a://" + root.removeprefix("s3://")
+        reader = reader.options(**_s3a_options(options.storage_options))
+    locations = [_scan.file_location(root, f.path) for f in files]
+    data_fields = [f for f in schema.fields if f.name not in columns]
+    partition_fields = [f for f in schema.fields if f.name in columns]
+    reader = reader.schema(StructType([*data_fields, *partition_fields]))
+    if columns:
+        reader = reader.option("basePath", root)
+    return reader.parquet(*locations).select(*[f"`{f.name}`" for f in schema.fields])
+
+
+def _jvm_has_s3a(spark: SparkSession) -> bool:
+    try:
+        spark.sparkContext._jvm.java.lang.Class.forName(_S3A_CLASS)  # type: ignore[union-attr]
+    except Exception:
+        return False
+    return True
+
+
+def _s3a_options(storage: Mapping[str, str]) -> dict[str, str]:
+    """delta-rs storage options as Hadoop s3a settings (per read, via DataFrameReader options)."""
+    mapping = {
+        "AWS_ACCESS_KEY_ID": "fs.s3a.access.key",
+        "AWS_SECRET_ACCESS_KEY": "fs.s3a.secret.key",
+        "AWS_SESSION_TOKEN": "fs.s3a.session.token",
+        "AWS_REGION": "fs.s3a.endpoint.region",
+        "AWS_ENDPOINT_URL": "fs.s3a.endpoint",
+    }
+    out = {mapping[k]: v for k, v in storage.items() if k in mapping}
+    if "AWS_ENDPOINT_URL" in storage:
+        out["fs.s3a.path.style.access"] = "true"
+    if storage.get("AWS_ALLOW_HTTP", "").lower() == "true":
+        out["fs.s3a.connection.ssl.enabled"] = "false"
+    return out
+
+
+def _timestamp_text(timestamp: datetime | str | None) -> str:
+    if isinstance(timestamp, datetime):
+        return timestamp.isoformat()
+    return timestamp or ""
