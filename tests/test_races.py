@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -10,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import LakeSpec
 
 from lakepubsub import (
     Engine,
@@ -20,8 +22,6 @@ from lakepubsub import (
     Topic,
     TopicName,
 )
-
-from conftest import LakeSpec
 
 TOPIC = TopicName("proj", "race")
 PUBLISHERS = 2
@@ -117,10 +117,10 @@ def _run(
     for p in cons:
         p.join(timeout=240)
         assert p.exitcode == 0
-    published = [
-        int(i) for n in range(PUBLISHERS) for line in (tmp_path / f"pub{n}").read_text().splitlines()
-        for i in json.loads(line)
+    lines = [
+        line for n in range(PUBLISHERS) for line in (tmp_path / f"pub{n}").read_text().splitlines()
     ]  # fmt: skip
+    published = [int(i) for line in lines for i in json.loads(line)]
     events = [
         json.loads(line) for n in range(CONSUMERS)
         for line in (tmp_path / f"con{n}").read_text().splitlines()
@@ -152,7 +152,7 @@ def test_exactly_once_acks_under_random_deadlines(lake: LakeSpec, tmp_path: Path
     redelivered = 0
     for deliveries in by_offset.values():
         deliveries.sort(key=lambda e: e["pulled"])
-        for earlier, later in zip(deliveries, deliveries[1:], strict=False):
+        for earlier, later in itertools.pairwise(deliveries):
             redelivered += 1
             # a redelivery only after the earlier lease was released (nack or 1 s deadline)
             assert earlier["event"] == "released"
