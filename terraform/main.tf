@@ -146,6 +146,7 @@ module "jobs_emr_serverless" {
   schedule_timezone   = var.job_schedule_timezone
   job_timeout_minutes = var.job_timeout_minutes
   spark_conf          = var.emr_spark_conf
+  kms_key_arn         = module.kms.key_arn
   alarm_topic_arn     = module.alerts.topic_arn
   tags                = local.tags
 }
@@ -169,6 +170,7 @@ module "jobs_ecs" {
   log_group_name     = module.logs.jobs_log_group_name
   schedules          = var.job_schedules
   schedule_timezone  = var.job_schedule_timezone
+  kms_key_arn        = module.kms.key_arn
   alarm_topic_arn    = module.alerts.topic_arn
   tags               = local.tags
 }

@@ -72,6 +72,18 @@ data "aws_iam_policy_document" "scheduler" {
   }
 
   statement {
+    sid       = "DecryptOwnSchedules"
+    actions   = ["kms:Decrypt"]
+    resources = [var.kms_key_arn]
+
+    condition {
+      test     = "ArnLike"
+      variable = "kms:EncryptionContext:aws:scheduler:schedule:arn"
+      values   = ["arn:${data.aws_partition.current.partition}:scheduler:${local.region}:${data.aws_caller_identity.current.account_id}:schedule/${var.name}/*"]
+    }
+  }
+
+  statement {
     sid       = "DeadLetterUnstartedRuns"
     actions   = ["sqs:SendMessage"]
     resources = [aws_sqs_queue.dead_letters.arn]
@@ -92,6 +104,7 @@ resource "aws_scheduler_schedule" "job" {
   description                  = "lakepubsub ${each.key} job"
   schedule_expression          = each.value
   schedule_expression_timezone = var.schedule_timezone
+  kms_key_arn                  = var.kms_key_arn
 
   flexible_time_window {
     mode = "OFF"

@@ -84,6 +84,11 @@ variable "schedule_timezone" {
   default     = "UTC"
 }
 
+variable "kms_key_arn" {
+  description = "KMS key that encrypts the schedules (their targets' input names roles and the lake)."
+  type        = string
+}
+
 variable "alarm_topic_arn" {
   description = "SNS topic that receives failed-job events."
   type        = string

@@ -24,6 +24,7 @@ locals {
 }
 
 resource "aws_security_group" "workers" {
+  #checkov:skip=CKV2_AWS_5:Attached through the EMR Serverless application's network_configuration, which checkov does not follow.
   name        = "${var.name}-jobs"
   description = "lakepubsub Spark workers on EMR Serverless: no inbound, HTTPS out"
   vpc_id      = var.vpc_id

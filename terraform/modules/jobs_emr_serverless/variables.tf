@@ -94,6 +94,11 @@ variable "spark_conf" {
   default     = {}
 }
 
+variable "kms_key_arn" {
+  description = "KMS key that encrypts the schedules (their targets' input names roles and the lake)."
+  type        = string
+}
+
 variable "alarm_topic_arn" {
   description = "SNS topic that receives failed-job-run events."
   type        = string
