@@ -246,8 +246,8 @@ class Dispatcher:
         if self._messages is None:
             self._messages = MessagesTable(self._lake, self.subscription.topic_uid)
         table = self._table
+        self._lake.moved(table)
         with storage_errors("lease table"):
-            table.update_incremental()
             if self._state is None or self._state.version != table.version():
                 self._state = LeaseState.from_arrow(table.to_pyarrow_table(), table.version())
         self._messages.refresh()

@@ -37,7 +37,7 @@ INVALID_ACK_ID = "PERMANENT_FAILURE_INVALID_ACK_ID"
 CURSOR_KEY: Key = (schemas.KIND_CURSOR, 0)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Cursor:
     frontier: int  # every offset below has a row or is acknowledged
     next_delivery: int  # the next delivery id to hand out
@@ -157,7 +157,7 @@ class Planner:
         self.state = state
         self.policy = policy
         self.now_us = now_us
-        self.cursor = replace(state.cursor, active_us=now_us)
+        self.cursor = replace(state.cursor, active_us=now_us)  # a copy: the planner's own
         self.changed: dict[Key, Row | None] = {}  # None: delete
 
     # -- reading through pending changes ---------------------------------------------
@@ -268,13 +268,16 @@ class Planner:
     def lease(self, row: Row) -> Claim:
         """Hand ``row`` out now: a new delivery id, one more attempt, a fresh deadline."""
         delivery = self.cursor.next_delivery
-        self.cursor = replace(self.cursor, next_delivery=delivery + 1)
-        leased = replace(
-            row,
-            delivery_id=delivery,
-            attempt=row.attempt + 1,
-            state=LEASED,
-            deadline_us=self.now_us + self.policy.ack_deadline_s * constants.US_PER_S,
+        self.cursor.next_delivery += 1
+        leased = Row(
+            row.kind,
+            row.offset,
+            delivery,
+            row.attempt + 1,
+            LEASED,
+            self.now_us + self.policy.ack_deadline_s * constants.US_PER_S,
+            row.ordering_key,
+            row.event,
         )
         self.changed[row.key] = leased
         return Claim(leased, AckId(self.policy.tag, row.kind, row.offset, delivery))

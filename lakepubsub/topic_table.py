@@ -26,6 +26,7 @@ class MessagesTable:
 
     def __init__(self, lake: Lake, topic_uid: str) -> None:
         self.uri = lake.messages_uri(topic_uid)
+        self._lake = lake
         self._table = lake.open(self.uri)
         self._is_local = not lake.is_s3
         self._filesystem = None if self._is_local else self._table.to_pyarrow_dataset().filesystem
@@ -50,10 +51,7 @@ class MessagesTable:
 
     def refresh(self) -> bool:
         """Catch up with commits by others; True if the table moved."""
-        before = self._table.version()
-        with storage_errors(self.uri):
-            self._table.update_incremental()
-        return bool(self._table.version() != before)
+        return self._lake.moved(self._table)
 
     def head(self) -> int:
         """One past the highest offset in the loaded version (0 for an empty topic)."""
@@ -143,7 +141,7 @@ class MessagesTable:
 
     def committed(self, app_id: str, txn_version: int) -> bool:
         """Whether the commit tagged (app_id, txn_version) is in the table."""
+        self._lake.moved(self._table)
         with storage_errors(self.uri):
-            self._table.update_incremental()
             landed = self._table.transaction_version(app_id)
         return landed is not None and landed >= txn_version

@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import pyarrow as pa
+from botocore.exceptions import BotoCoreError, ClientError
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
@@ -18,6 +19,8 @@ from lakepubsub import errors
 from lakepubsub.settings import Settings
 
 log = logging.getLogger(__name__)
+
+_S3_MISSING = ("404", "NoSuchKey", "NotFound")
 
 
 @contextlib.contextmanager
@@ -46,6 +49,7 @@ class Lake:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self._s3: Any = None
         parsed = urlparse(settings.lake)
         self.is_s3 = parsed.scheme in ("s3", "s3a")
         if self.is_s3:
@@ -91,6 +95,30 @@ class Lake:
         """Open an existing table; ``NotFound`` if there is none."""
         with storage_errors(uri):
             return DeltaTable(uri, version=version, storage_options=self.storage_options)
+
+    def moved(self, table: DeltaTable) -> bool:
+        """Catch ``table`` up with newer commits; True if there were any.
+
+        Probes for the next commit file first (a stat, or one HEAD on S3) and
+        lists the log only when it exists: a Delta log is a dense sequence of
+        numbered commits, so no next file means no newer version.
+        """
+        version = table.version()
+        uri = table.table_uri.rstrip("/")
+        name = f"_delta_log/{version + 1:020d}.json"
+        with storage_errors(uri):
+            if self.is_s3:
+                key = uri.split("/", 3)[3] + "/" + name
+                try:
+                    self.s3_client().head_object(Bucket=self.bucket, Key=key)
+                except ClientError as exc:
+                    if exc.response.get("Error", {}).get("Code") in _S3_MISSING:
+                        return False
+                    raise
+            elif not os.path.exists(os.path.join(uri.removeprefix("file://"), name)):
+                return False
+            table.update_incremental()
+        return bool(table.version() != version)
 
     def exists(self, uri: str) -> bool:
         with storage_errors(uri):
@@ -155,6 +183,12 @@ class Lake:
     # -- S3 --------------------------------------------------------------------------
 
     def s3_client(self) -> Any:
+        """A boto3 S3 client for this lake (one per Lake; boto3 clients are thread-safe)."""
+        if self._s3 is None:
+            self._s3 = self._new_s3_client()
+        return self._s3
+
+    def _new_s3_client(self) -> Any:
         import boto3
 
         opts = self.storage_options or {}

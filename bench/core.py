@@ -1,0 +1,263 @@
+"""Library-level benchmark of the core engine (no HTTP): publish and pull+ack.
+
+    python -m bench.core [--quick] [--s3] [--runs N]
+
+Workloads (1 KiB messages, one process, real threads):
+- publish throughput: 8 threads publishing batches of 1,000;
+- publish latency: 8 threads each publishing one message at a time;
+- pull + ack: a pre-published backlog drained by 4 consumer threads
+  (pull up to 1,000, then acknowledge them), with Delta commits per delivered message.
+
+Each figure is the median of ``--runs`` runs (min-max in brackets). Writes
+bench/results/core.md (or core-quick.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from lakepubsub import (
+    Engine,
+    PublishMessage,
+    Settings,
+    Subscription,
+    SubscriptionName,
+    Topic,
+    TopicName,
+    metrics,
+)
+
+MESSAGE_BYTES = 1024
+RESULTS = Path(__file__).parent / "results"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    publish_batches_per_thread: int
+    latency_messages_per_thread: int
+    backlog: int
+    runs: int
+
+
+FULL = Sizes(
+    publish_batches_per_thread=25, latency_messages_per_thread=100, backlog=200_000, runs=3
+)
+QUICK = Sizes(publish_batches_per_thread=2, latency_messages_per_thread=10, backlog=4_000, runs=1)
+S3_SCALE = 0.25  # moto on loopback is ~10x slower per commit; keep runs to minutes
+
+
+def payloads(n: int) -> list[bytes]:
+    return [os.urandom(MESSAGE_BYTES) for _ in range(n)]
+
+
+def counter(name: str, label: str) -> float:
+    value = metrics.COMMITS.labels(label)._value.get() if name == "commits" else 0.0
+    return float(value)
+
+
+def run_threads(n: int, target: Callable[[int], None]) -> float:
+    threads = [threading.Thread(target=target, args=(i,)) for i in range(n)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - started
+
+
+@contextmanager
+def moto_lake() -> Iterator[tuple[str, dict[str, str]]]:
+    import socket
+
+    import boto3
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        creds = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", **creds).create_bucket(
+            Bucket="bench"
+        )
+        yield (
+            f"s3://bench/{uuid.uuid4().hex}",
+            {
+                "AWS_ENDPOINT_URL": endpoint,
+                "AWS_ACCESS_KEY_ID": "testing",
+                "AWS_SECRET_ACCESS_KEY": "testing",
+                "AWS_REGION": "us-east-1",
+                "AWS_ALLOW_HTTP": "true",
+            },
+        )
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+def bench_publish(engine: Engine, sizes: Sizes, data: list[bytes]) -> dict[str, float]:
+    topic = TopicName("bench", f"pub-{uuid.uuid4().hex[:8]}")
+    engine.create_topic(Topic(topic))
+    batch = [PublishMessage(d) for d in data[:1000]]
+    threads = 8
+    commits_before = counter("commits", "messages")
+
+    def work(_: int) -> None:
+        for _ in range(sizes.publish_batches_per_thread):
+            engine.publish(topic, batch)
+
+    elapsed = run_threads(threads, work)
+    total = threads * sizes.publish_batches_per_thread * 1000
+    commits = counter("commits", "messages") - commits_before
+    return {"msgs_per_s": total / elapsed, "rows_per_commit": total / max(commits, 1)}
+
+
+def bench_latency(engine: Engine, sizes: Sizes, data: list[bytes]) -> dict[str, float]:
+    topic = TopicName("bench", f"lat-{uuid.uuid4().hex[:8]}")
+    engine.create_topic(Topic(topic))
+    latencies: list[float] = []
+    lock = threading.Lock()
+
+    def work(i: int) -> None:
+        mine = []
+        for j in range(sizes.latency_messages_per_thread):
+            started = time.perf_counter()
+            engine.publish(topic, [PublishMessage(data[(i * 97 + j) % len(data)])])
+            mine.append(time.perf_counter() - started)
+        with lock:
+            latencies.extend(mine)
+
+    run_threads(8, work)
+    latencies.sort()
+    return {
+        "p50_ms": 1000 * latencies[len(latencies) // 2],
+        "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
+    }
+
+
+def bench_pull(engine: Engine, sizes: Sizes, data: list[bytes]) -> dict[str, float]:
+    topic = TopicName("bench", f"pull-{uuid.uuid4().hex[:8]}")
+    sub = SubscriptionName("bench", f"pull-{uuid.uuid4().hex[:8]}")
+    engine.create_topic(Topic(topic))
+    engine.create_subscription(Subscription(sub, topic, ack_deadline_s=60))
+    batch = [PublishMessage(d) for d in data[:1000]]
+    for _ in range(sizes.backlog // 1000):
+        engine.publish(topic, batch)
+    commits_before = counter("commits", "leases")
+    done = threading.Event()
+    received = [0] * 4
+
+    def work(i: int) -> None:
+        while not done.is_set():
+            got = engine.pull(sub, max_messages=1000, return_immediately=True)
+            if not got:
+                if sum(received) >= sizes.backlog:
+                    done.set()
+                continue
+            engine.acknowledge(sub, [r.ack_id for r in got])
+            received[i] += len(got)
+            if sum(received) >= sizes.backlog:
+                done.set()
+
+    elapsed = run_threads(4, work)
+    commits = counter("commits", "leases") - commits_before
+    delivered = sum(received)
+    return {"msgs_per_s": delivered / elapsed, "commits_per_msg": commits / max(delivered, 1)}
+
+
+def fmt(values: list[float]) -> str:
+    med = statistics.median(values)
+    if len(values) == 1:
+        return f"{med:,.3g}" if med < 10 else f"{med:,.0f}"
+    return (
+        f"{med:,.3g} [{min(values):,.3g}-{max(values):,.3g}]"
+        if med < 10
+        else f"{med:,.0f} [{min(values):,.0f}-{max(values):,.0f}]"
+    )
+
+
+def run(where: str, uri: str, options: dict[str, str], sizes: Sizes) -> list[tuple[str, str]]:
+    data = payloads(1000)
+    collected: dict[str, list[float]] = {}
+    for _ in range(sizes.runs):
+        with Engine(Settings(lake=uri, storage_options=options)) as engine:
+            for name, fn in (
+                ("publish", bench_publish),
+                ("latency", bench_latency),
+                ("pull", bench_pull),
+            ):
+                for key, value in fn(engine, sizes, data).items():
+                    collected.setdefault(f"{name}.{key}", []).append(value)
+    labels = {
+        "publish.msgs_per_s": "publish, 8 threads x batches of 1,000 (msgs/s)",
+        "publish.rows_per_commit": "publish rows per Delta commit",
+        "latency.p50_ms": "single-message publish p50, 8 publishers (ms)",
+        "latency.p99_ms": "single-message publish p99, 8 publishers (ms)",
+        "pull.msgs_per_s": "pull + ack, 4 consumers (msgs/s)",
+        "pull.commits_per_msg": "lease commits per delivered message",
+    }
+    return [(f"{labels[k]} [{where}]", fmt(v)) for k, v in collected.items()]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else "")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, for CI")
+    parser.add_argument("--s3", action="store_true", help="also run on a moto S3 server")
+    parser.add_argument("--runs", type=int, default=0)
+    args = parser.parse_args()
+    sizes = QUICK if args.quick else FULL
+    if args.runs:
+        sizes = Sizes(**{**sizes.__dict__, "runs": args.runs})
+    rows: list[tuple[str, str]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        rows += run("local", tmp, {}, sizes)
+    if args.s3 or args.quick:
+        s3_sizes = Sizes(
+            max(1, int(sizes.publish_batches_per_thread * S3_SCALE)),
+            max(5, int(sizes.latency_messages_per_thread * S3_SCALE)),
+            max(2000, int(sizes.backlog * S3_SCALE)),
+            sizes.runs,
+        )
+        with moto_lake() as (uri, options):
+            rows += run("moto S3", uri, options, s3_sizes)
+    header = (
+        f"# Core engine benchmark{' (quick)' if args.quick else ''}\n\n"
+        f"Machine: {os.cpu_count()} cores, {platform.machine()}, Python "
+        f"{platform.python_version()}; local lake on the working disk; 1 KiB messages; "
+        f"median of {sizes.runs} run(s) [min-max].\n\n| workload | result |\n|---|---|\n"
+    )
+    table = header + "".join(f"| {k} | {v} |\n" for k, v in rows)
+    print(table)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / ("core-quick.md" if args.quick else "core.md")).write_text(table)
+
+
+if __name__ == "__main__":
+    main()
