@@ -32,7 +32,7 @@ def storage_errors(what: str) -> Iterator[None]:
         raise
     except TableNotFoundError as exc:
         raise errors.NotFound(f"{what}: table not found") from exc
-    except (DeltaError, OSError) as exc:
+    except (DeltaError, OSError, BotoCoreError, ClientError) as exc:
         raise errors.Unavailable(f"{what}: storage unavailable: {exc}") from exc
 
 
