@@ -1,0 +1,144 @@
+"""CPU time and peak memory of a server process over a measured interval.
+
+Used for both peers (the nats-server binary and our uvicorn process), so the
+two sides are measured the same way: CPU seconds are user + system time from
+the kernel, peak RSS is the larger of the kernel's high-water mark (reset at
+the start of the interval where Linux allows it) and a background sampler.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+import psutil
+
+# How often the sampler reads RSS; short enough to catch a drain's peak, cheap
+# enough (one /proc read) not to show in the measured CPU.
+SAMPLE_INTERVAL_S = 0.05
+
+# Writing this to /proc/<pid>/clear_refs resets the VmHWM (peak RSS) counter.
+_CLEAR_PEAK_RSS = "5"
+
+_KIB = 1024
+
+
+@dataclass(frozen=True)
+class ProcessUsage:
+    """What a process (and optionally its children) used over one interval."""
+
+    cpu_s: float
+    peak_rss_bytes: int
+    wall_s: float
+
+
+class ProcessMeter:
+    """Measures a running process by pid between ``__enter__`` and ``__exit__``.
+
+    ``with ProcessMeter(pid) as meter: ...`` then read ``meter.usage``.
+    With ``include_children`` the CPU and RSS of child processes alive at the
+    samples are added (a forking server with workers); CPU of a child that
+    exits inside the interval is lost.
+    """
+
+    def __init__(
+        self,
+        pid: int,
+        *,
+        include_children: bool = False,
+        sample_interval_s: float = SAMPLE_INTERVAL_S,
+    ) -> None:
+        self._process = psutil.Process(pid)
+        self._include_children = include_children
+        self._sample_interval_s = sample_interval_s
+        self._stop = threading.Event()
+        self._sampler = threading.Thread(target=self._sample_loop, daemon=True)
+        self._peak_rss_bytes = 0
+        self._start_cpu_s = 0.0
+        self._start_wall_s = 0.0
+        self._hwm_reset = False
+        self._usage: ProcessUsage | None = None
+
+    @property
+    def usage(self) -> ProcessUsage:
+        if self._usage is None:
+            raise RuntimeError("ProcessMeter.usage is available after the with block")
+        return self._usage
+
+    def __enter__(self) -> ProcessMeter:
+        self._hwm_reset = _reset_peak_rss(self._process.pid)
+        self._start_cpu_s = self._cpu_s()
+        self._start_wall_s = time.monotonic()
+        self._peak_rss_bytes = self._rss_bytes()
+        self._sampler.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        self._sampler.join()
+        wall_s = time.monotonic() - self._start_wall_s
+        cpu_s = self._cpu_s() - self._start_cpu_s
+        peak = max(self._peak_rss_bytes, self._rss_bytes())
+        if self._hwm_reset and not self._include_children:
+            peak = max(peak, _peak_rss_bytes(self._process.pid))
+        self._usage = ProcessUsage(cpu_s=cpu_s, peak_rss_bytes=peak, wall_s=wall_s)
+
+    def _processes(self) -> list[psutil.Process]:
+        if not self._include_children:
+            return [self._process]
+        try:
+            return [self._process, *self._process.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return [self._process]
+
+    def _cpu_s(self) -> float:
+        total = 0.0
+        for process in self._processes():
+            try:
+                times = process.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            total += times.user + times.system
+        return total
+
+    def _rss_bytes(self) -> int:
+        total = 0
+        for process in self._processes():
+            try:
+                total += process.memory_info().rss
+            except psutil.NoSuchProcess:
+                continue
+        return total
+
+    def _sample_loop(self) -> None:
+        while not self._stop.wait(self._sample_interval_s):
+            self._peak_rss_bytes = max(self._peak_rss_bytes, self._rss_bytes())
+
+
+def _reset_peak_rss(pid: int) -> bool:
+    """Reset the kernel's peak-RSS counter; False where that is not allowed."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text(_CLEAR_PEAK_RSS)
+    except OSError:
+        return False
+    return True
+
+
+def _peak_rss_bytes(pid: int) -> int:
+    """VmHWM from /proc/<pid>/status, or 0 where it cannot be read."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * _KIB
+    return 0

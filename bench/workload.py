@@ -1,0 +1,266 @@
+"""The benchmark workload, shared by both peers (lakepubsub over REST, NATS JetStream).
+
+Every figure compares the two systems on the same cases, sizes and machine:
+
+- publish: ``clients`` client processes each publish ``messages_per_client``
+  messages of ``MESSAGE_BYTES`` in batches of ``batch_size``; the next batch
+  is sent once the previous one is acknowledged. Throughput is all messages
+  over the wall time from the common start to the last acknowledgement.
+- pull: ``backlog_messages`` are published first (not timed); then
+  ``consumers`` client processes pull up to ``max_messages_per_pull`` at a
+  time and acknowledge every message until the backlog is gone.
+- latency: one publisher sends at ``offered_rate_per_s`` for ``duration_s``,
+  stamping its send time; one consumer records receive time minus send time.
+- drain: as pull, for a large backlog, reporting the time to drain it.
+- resources: server CPU seconds per million messages and server peak RSS,
+  for every case.
+
+Each case runs ``runs`` times; a figure is the median of its runs with min-max.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+MESSAGE_BYTES = 1024
+
+# Messages published per publish case, by batch size: enough for the batch-of-1
+# cases (one round trip per message) and the batch-of-1000 ones (many full
+# batches) to take a few seconds each on 2 cores.
+_FULL_PUBLISH_MESSAGES = {1: 20_000, 100: 200_000, 1000: 400_000}
+_QUICK_PUBLISH_MESSAGES = {1: 400, 100: 4_000, 1000: 16_000}
+_BATCH_SIZES = (1, 100, 1000)
+_PUBLISH_CLIENTS = (1, 8)
+_PULL_CONSUMERS = (1, 4)
+# Pub/Sub's pull caps maxMessages at 1,000; both peers pull that many at most.
+_MAX_MESSAGES_PER_PULL = 1000
+# Matches Pub/Sub's default subscription ack deadline.
+_ACK_DEADLINE_S = 10
+
+# Metric names and units, so both peers' rows line up in one report.
+THROUGHPUT = "throughput"
+MSGS_PER_S = "msgs/s"
+MESSAGES = "messages"
+MSGS = "msgs"
+BATCH_LATENCY_P50 = "batch_latency_p50"
+BATCH_LATENCY_P99 = "batch_latency_p99"
+LATENCY_P50 = "latency_p50"
+LATENCY_P99 = "latency_p99"
+LATENCY_MAX = "latency_max"
+MS = "ms"
+ACHIEVED_RATE = "achieved_rate"
+DRAIN_TIME = "drain_time"
+SECONDS = "s"
+SERVER_CPU_PER_MILLION = "server_cpu_per_million_msgs"
+CPU_S_PER_MILLION = "cpu_s/1M msgs"
+SERVER_PEAK_RSS = "server_peak_rss"
+# CPU of the benchmark's own client processes, to show which side is the bottleneck.
+CLIENT_CPU_PER_MILLION = "client_cpu_per_million_msgs"
+MIB = "MiB"
+
+
+@dataclass(frozen=True)
+class PublishCase:
+    batch_size: int
+    clients: int
+    messages_per_client: int
+
+    @property
+    def name(self) -> str:
+        return f"publish batch={self.batch_size} clients={self.clients}"
+
+    @property
+    def total_messages(self) -> int:
+        return self.clients * self.messages_per_client
+
+
+@dataclass(frozen=True)
+class PullCase:
+    consumers: int
+    backlog_messages: int
+    max_messages_per_pull: int
+
+    @property
+    def name(self) -> str:
+        return f"pull+ack consumers={self.consumers} max={self.max_messages_per_pull}"
+
+
+@dataclass(frozen=True)
+class LatencyCase:
+    offered_rate_per_s: int
+    duration_s: float
+    # The consumer asks for up to this many and takes whatever is available.
+    max_messages_per_pull: int = 100
+
+    @property
+    def name(self) -> str:
+        return f"latency rate={self.offered_rate_per_s}/s"
+
+    @property
+    def total_messages(self) -> int:
+        return round(self.offered_rate_per_s * self.duration_s)
+
+
+@dataclass(frozen=True)
+class DrainCase:
+    backlog_messages: int
+    consumers: int
+    max_messages_per_pull: int
+
+    @property
+    def name(self) -> str:
+        return f"drain backlog={self.backlog_messages} consumers={self.consumers}"
+
+
+@dataclass(frozen=True)
+class Workload:
+    publish: tuple[PublishCase, ...]
+    pull: tuple[PullCase, ...]
+    latency: tuple[LatencyCase, ...]
+    drain: tuple[DrainCase, ...]
+    runs: int
+    ack_deadline_s: int
+
+
+def _publish_cases(messages_by_batch: dict[int, int]) -> tuple[PublishCase, ...]:
+    return tuple(
+        PublishCase(
+            batch_size=batch,
+            clients=clients,
+            # A whole number of batches per client.
+            messages_per_client=messages_by_batch[batch] // clients // batch * batch,
+        )
+        for batch in _BATCH_SIZES
+        for clients in _PUBLISH_CLIENTS
+    )
+
+
+def full() -> Workload:
+    """The documented workload: minutes per peer on 2 cores."""
+    return Workload(
+        publish=_publish_cases(_FULL_PUBLISH_MESSAGES),
+        pull=tuple(
+            PullCase(
+                consumers=consumers,
+                backlog_messages=200_000,
+                max_messages_per_pull=_MAX_MESSAGES_PER_PULL,
+            )
+            for consumers in _PULL_CONSUMERS
+        ),
+        latency=(LatencyCase(offered_rate_per_s=1_000, duration_s=10.0),),
+        drain=(
+            DrainCase(
+                backlog_messages=1_000_000,
+                consumers=1,
+                max_messages_per_pull=_MAX_MESSAGES_PER_PULL,
+            ),
+        ),
+        runs=3,
+        ack_deadline_s=_ACK_DEADLINE_S,
+    )
+
+
+def quick() -> Workload:
+    """The same shapes at tiny sizes, one run each: for CI, seconds per peer."""
+    return Workload(
+        publish=_publish_cases(_QUICK_PUBLISH_MESSAGES),
+        pull=tuple(
+            PullCase(
+                consumers=consumers,
+                backlog_messages=4_000,
+                max_messages_per_pull=_MAX_MESSAGES_PER_PULL,
+            )
+            for consumers in _PULL_CONSUMERS
+        ),
+        latency=(LatencyCase(offered_rate_per_s=500, duration_s=1.0),),
+        drain=(
+            DrainCase(
+                backlog_messages=10_000,
+                consumers=1,
+                max_messages_per_pull=_MAX_MESSAGES_PER_PULL,
+            ),
+        ),
+        runs=1,
+        ack_deadline_s=_ACK_DEADLINE_S,
+    )
+
+
+@dataclass(frozen=True)
+class Result:
+    """One figure of one case for one system: one value per run."""
+
+    system: str
+    case: str
+    metric: str
+    unit: str
+    values: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+    @property
+    def min(self) -> float:
+        return min(self.values)
+
+    @property
+    def max(self) -> float:
+        return max(self.values)
+
+
+def merge_runs(results: Iterable[Result]) -> list[Result]:
+    """Join the results of repeated runs: one Result per (system, case, metric, unit).
+
+    Keeps first-seen order, so a report lists cases in the order they ran.
+    """
+    merged: dict[tuple[str, str, str, str], list[float]] = {}
+    for result in results:
+        key = (result.system, result.case, result.metric, result.unit)
+        merged.setdefault(key, []).extend(result.values)
+    return [
+        Result(system=system, case=case, metric=metric, unit=unit, values=tuple(values))
+        for (system, case, metric, unit), values in merged.items()
+    ]
+
+
+def markdown_table(results: Iterable[Result]) -> str:
+    """Results as a markdown table: median and min-max per row."""
+    lines = [
+        "| system | case | metric | unit | median | min-max | runs |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: |",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r.system} | {r.case} | {r.metric} | {r.unit} | {_fmt(r.median)} "
+            f"| {_fmt(r.min)}{_EN_DASH}{_fmt(r.max)} | {len(r.values)} |"
+        )
+    return "\n".join(lines)
+
+
+_EN_DASH = "\u2013"  # between the ends of a range
+
+
+def _fmt(value: float) -> str:
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    if abs(value) >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3g}"
+
+
+# Seeds the payload generator, so payloads are the same in every process and run.
+_PAYLOAD_SEED = b"lakepubsub-bench-v1"
+
+
+def payload(i: int) -> bytes:
+    """Message ``i``'s payload: MESSAGE_BYTES of pseudo-random bytes, the same every time.
+
+    Each payload is an independent SHAKE-128 stream, so neither one payload nor
+    a batch of them compresses (a storage format's compression gains nothing).
+    """
+    return hashlib.shake_128(_PAYLOAD_SEED + i.to_bytes(8, "big", signed=True)).digest(
+        MESSAGE_BYTES
+    )
