@@ -13,12 +13,16 @@ How Pub/Sub operations map onto JetStream, which has no batch calls:
 - "publish a batch of N": N ``publish_async`` calls pipelined on the
   connection, then wait for all N stream acks before sending the next batch.
   A message counts as published when its stream ack arrives.
-- "pull up to N": ``fetch(batch=N)`` on the pull subscription; it returns at
-  once with whatever is available, up to N.
+- "pull up to N" from a backlog: ``fetch(batch=N)`` on the pull subscription;
+  it returns at once with whatever is available, up to N. The latency
+  consumer, whose stream is mostly empty, fetches one message (waiting for it)
+  and then the rest the server reports pending, up to N: nats-py's
+  ``fetch(N)`` on an empty stream would wait until N arrive.
 - "acknowledge": one ``ack()`` per message (JetStream acks are per message,
-  fire-and-forget publishes to the message's reply subject). A client flushes
-  its connection after its last ack, and the run is checked afterwards from
-  the consumer's state: every message acked, none redelivered.
+  fire-and-forget publishes to the message's reply subject), then one
+  ``flush()`` per pulled batch, a round trip after which the server has read
+  the batch's acks. After every run the consumer's state is checked: every
+  message acked, none pending, none redelivered.
 """
 
 from __future__ import annotations
@@ -26,7 +30,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import math
 import multiprocessing as mp
 import queue
 import re
@@ -384,6 +387,11 @@ def _run_clients(jobs: Sequence[_Job], *, server_pid: int) -> tuple[list[_Report
         with ProcessMeter(server_pid) as meter:
             _collect(reports, processes, done, expected=len(jobs))
         return done, meter.usage
+    except BaseException:
+        # The others would wait for messages that will never come.
+        for process in processes:
+            process.kill()
+        raise
     finally:
         for process in processes:
             process.join(timeout=SERVER_STOP_TIMEOUT_S)
@@ -463,32 +471,29 @@ async def _check_all_acked(url: str, total: int) -> None:
             raise BenchError(f"{info.num_redelivered} messages were redelivered")
 
 
-def _publish_jobs(url: str, *, clients: int, batch_size: int, messages: int) -> list[_Job]:
-    return [
-        _PublishJob(url=url, batch_size=batch_size, messages=messages, first_index=c * messages)
-        for c in range(clients)
+def _publish(
+    server: NatsServer, *, batch_size: int, per_client: Sequence[int]
+) -> tuple[list[_Report], ProcessUsage]:
+    """Publish from one process per ``per_client`` entry; check the stream stored them all."""
+    jobs: list[_Job] = [
+        _PublishJob(
+            url=server.url,
+            batch_size=batch_size,
+            messages=messages,
+            first_index=sum(per_client[:c]),
+        )
+        for c, messages in enumerate(per_client)
     ]
+    reports, usage = _run_clients(jobs, server_pid=server.pid)
+    stored = asyncio.run(_stream_messages(server.url))
+    if stored != sum(per_client):
+        raise BenchError(f"stream holds {stored} messages, {sum(per_client)} were published")
+    return reports, usage
 
 
 def _publish_backlog(server: NatsServer, messages: int) -> None:
-    per_client = math.ceil(messages / PREFILL_CLIENTS)
-    jobs = [
-        _PublishJob(
-            url=server.url,
-            batch_size=PREFILL_BATCH,
-            messages=min(per_client, messages - c * per_client),
-            first_index=c * per_client,
-        )
-        for c in range(PREFILL_CLIENTS)
-    ]
-    _run_clients(jobs, server_pid=server.pid)
-    _expect_stored(server, messages)
-
-
-def _expect_stored(server: NatsServer, messages: int) -> None:
-    stored = asyncio.run(_stream_messages(server.url))
-    if stored != messages:
-        raise BenchError(f"stream holds {stored} messages, {messages} were published")
+    per_client = [len(range(c, messages, PREFILL_CLIENTS)) for c in range(PREFILL_CLIENTS)]
+    _publish(server, batch_size=PREFILL_BATCH, per_client=per_client)
 
 
 # --- the cases ----------------------------------------------------------------
@@ -497,19 +502,14 @@ def _expect_stored(server: NatsServer, messages: int) -> None:
 def run_publish(server: NatsServer, case: w.PublishCase) -> list[w.Result]:
     """One run of a publish case on a fresh stream."""
     asyncio.run(_create_stream(server.url))
-    jobs = _publish_jobs(
-        server.url,
-        clients=case.clients,
-        batch_size=case.batch_size,
-        messages=case.messages_per_client,
+    reports, usage = _publish(
+        server, batch_size=case.batch_size, per_client=[case.messages_per_client] * case.clients
     )
-    reports, usage = _run_clients(jobs, server_pid=server.pid)
-    _expect_stored(server, case.total_messages)
     batch_ms = [ms for r in reports for ms in r.latencies_ms]
     return [
         _result(case.name, w.THROUGHPUT, w.MSGS_PER_S, case.total_messages / _span_s(reports)),
-        _result(case.name, w.BATCH_LATENCY_P50, w.MS, _percentile(batch_ms, 0.50)),
-        _result(case.name, w.BATCH_LATENCY_P99, w.MS, _percentile(batch_ms, 0.99)),
+        _result(case.name, w.BATCH_LATENCY_P50, w.MS, w.percentile(batch_ms, 0.50)),
+        _result(case.name, w.BATCH_LATENCY_P99, w.MS, w.percentile(batch_ms, 0.99)),
         _result(case.name, w.MESSAGES, w.MSGS, case.total_messages),
         *_usage_results(case.name, usage, reports, case.total_messages),
     ]
@@ -588,8 +588,8 @@ def run_latency(server: NatsServer, case: w.LatencyCase, ack_deadline_s: int) ->
     asyncio.run(_check_all_acked(server.url, total))
     latencies = received.latencies_ms
     return [
-        _result(case.name, w.LATENCY_P50, w.MS, _percentile(latencies, 0.50)),
-        _result(case.name, w.LATENCY_P99, w.MS, _percentile(latencies, 0.99)),
+        _result(case.name, w.LATENCY_P50, w.MS, w.percentile(latencies, 0.50)),
+        _result(case.name, w.LATENCY_P99, w.MS, w.percentile(latencies, 0.99)),
         _result(case.name, w.LATENCY_MAX, w.MS, max(latencies)),
         _result(case.name, w.ACHIEVED_RATE, w.MSGS_PER_S, total / (sent.end_s - sent.start_s)),
         _result(case.name, w.MESSAGES, w.MSGS, received.messages),
@@ -644,12 +644,6 @@ def _span_s(reports: Sequence[_Report]) -> float:
     return max(r.end_s for r in reports) - min(r.start_s for r in reports)
 
 
-def _percentile(values: Sequence[float], fraction: float) -> float:
-    """Nearest-rank percentile: the smallest value with ``fraction`` of values at or below it."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description="Run the benchmark workload against NATS JetStream."
@@ -657,7 +651,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one run (for CI)")
     args = parser.parse_args(argv)
     chosen = w.quick() if args.quick else w.full()
-    results = run_all(chosen, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    started = time.monotonic()
+
+    def progress(line: str) -> None:
+        print(f"[{time.monotonic() - started:6.1f} s] {line}", file=sys.stderr, flush=True)
+
+    results = run_all(chosen, progress=progress)
     print(w.markdown_table(results))
 
 

@@ -21,8 +21,9 @@ Each case runs ``runs`` times; a figure is the median of its runs with min-max.
 from __future__ import annotations
 
 import hashlib
+import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 MESSAGE_BYTES = 1024
@@ -30,7 +31,7 @@ MESSAGE_BYTES = 1024
 # Messages published per publish case, by batch size: enough for the batch-of-1
 # cases (one round trip per message) and the batch-of-1000 ones (many full
 # batches) to take a few seconds each on 2 cores.
-_FULL_PUBLISH_MESSAGES = {1: 20_000, 100: 200_000, 1000: 400_000}
+_FULL_PUBLISH_MESSAGES = {1: 10_000, 100: 100_000, 1000: 200_000}
 _QUICK_PUBLISH_MESSAGES = {1: 400, 100: 4_000, 1000: 16_000}
 _BATCH_SIZES = (1, 100, 1000)
 _PUBLISH_CLIENTS = (1, 8)
@@ -145,7 +146,7 @@ def full() -> Workload:
         pull=tuple(
             PullCase(
                 consumers=consumers,
-                backlog_messages=200_000,
+                backlog_messages=100_000,
                 max_messages_per_pull=_MAX_MESSAGES_PER_PULL,
             )
             for consumers in _PULL_CONSUMERS
@@ -209,6 +210,15 @@ class Result:
     @property
     def max(self) -> float:
         return max(self.values)
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """Nearest-rank percentile: the smallest value with ``fraction`` of the values at or below it.
+
+    Both peers use this, so p50/p99/max are computed the same way on both sides.
+    """
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
 
 
 def merge_runs(results: Iterable[Result]) -> list[Result]:
