@@ -9,7 +9,9 @@ data "aws_iam_policy_document" "lake_read_write" {
     condition {
       test     = "StringLike"
       variable = "s3:prefix"
-      values   = [var.lake_prefix, "${var.lake_prefix}/*"]
+      # object_store always lists with a trailing "/", and a bare "lake" would
+      # also list sibling prefixes such as "lake-backup".
+      values = ["${var.lake_prefix}/*"]
     }
   }
 
