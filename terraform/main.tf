@@ -14,6 +14,8 @@ module "lake_bucket" {
   source = "./modules/lake_bucket"
 
   bucket_name                       = var.lake_bucket_name
+  lake_prefix                       = var.lake_prefix
+  enforce_conditional_commits       = var.lake_enforce_conditional_commits
   kms_key_arn                       = module.kms.key_arn
   versioning_enabled                = var.lake_versioning_enabled
   noncurrent_version_retention_days = var.lake_noncurrent_version_retention_days

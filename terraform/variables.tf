@@ -112,6 +112,12 @@ variable "lake_noncurrent_version_retention_days" {
   default     = 7
 }
 
+variable "lake_enforce_conditional_commits" {
+  description = "Bucket policy refuses Delta commit files written without If-None-Match (protects the log from writers that overwrite commits). Verify first (docs/operations.md, S3 settings)."
+  type        = bool
+  default     = false
+}
+
 variable "lake_access_log_bucket" {
   description = "Existing bucket for S3 server access logs of the lake bucket; null disables them."
   type        = string

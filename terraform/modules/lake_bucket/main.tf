@@ -88,6 +88,28 @@ resource "aws_s3_bucket_logging" "lake" {
 }
 
 data "aws_iam_policy_document" "tls_only" {
+  dynamic "statement" {
+    for_each = var.enforce_conditional_commits ? [1] : []
+
+    content {
+      sid       = "DenyUnconditionalDeltaCommits"
+      effect    = "Deny"
+      actions   = ["s3:PutObject"]
+      resources = ["${aws_s3_bucket.lake.arn}/${var.lake_prefix}/*_delta_log/*.json"]
+
+      principals {
+        type        = "*"
+        identifiers = ["*"]
+      }
+
+      condition {
+        test     = "Null"
+        variable = "s3:if-none-match"
+        values   = ["true"]
+      }
+    }
+  }
+
   statement {
     sid     = "DenyInsecureTransport"
     effect  = "Deny"

@@ -25,6 +25,17 @@ variable "noncurrent_version_retention_days" {
   }
 }
 
+variable "lake_prefix" {
+  description = "Key prefix of the lake inside the bucket (no leading or trailing '/')."
+  type        = string
+}
+
+variable "enforce_conditional_commits" {
+  description = "Deny any PUT of a Delta commit file (<prefix>/**/_delta_log/*.json) that lacks If-None-Match, so a writer that would overwrite a commit (e.g. delta-spark's single-driver S3 log store) is refused. Off by default; docs/operations.md says how to verify before turning it on."
+  type        = bool
+  default     = false
+}
+
 variable "access_log_bucket" {
   description = "Existing bucket that receives S3 server access logs for the lake bucket; null disables access logging."
   type        = string
