@@ -11,7 +11,7 @@ prunes whole files using the min/max/null-count statistics of the add actions.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -209,3 +209,71 @@ def _in_range(value: Any, low: Any, high: Any) -> bool:
     if low is not None and value < low:
         return False
     return not (high is not None and value > high)
+
+
+# -- filters given as (column, op, value) triples -------------------------------------
+
+TRIPLE_OPS = ("=", "!=", "<", "<=", ">", ">=", "in", "not in", "is null", "is not null")
+_TRIPLE_COMPARISONS: dict[str, Callable[[tuple[str, ...], Any], Filter]] = {
+    "=": EqualTo,
+    "<": LessThan,
+    "<=": LessThanOrEqual,
+    ">": GreaterThan,
+    ">=": GreaterThanOrEqual,
+}
+
+
+def from_triples(triples: Sequence[tuple[str, str, Any]], schema: pa.Schema) -> list[Filter]:
+    """Spark filter objects for ``(column, op, value)`` triples, values typed by ``schema``.
+
+    Raises ``UnsupportedFilter`` naming the first triple it cannot evaluate exactly.
+    """
+    filters: list[Filter] = []
+    for column, op, value in triples:
+        if column not in schema.names:
+            raise UnsupportedFilter(f"filter on unknown column {column!r}")
+        kind = schema.field(column).type
+        attribute = (column,)
+        flt: Filter
+        if op == "is null":
+            flt = IsNull(attribute)
+        elif op == "is not null":
+            flt = IsNotNull(attribute)
+        elif op in ("in", "not in"):
+            if not isinstance(value, list | tuple):
+                raise UnsupportedFilter(f"{op} needs a list of values")
+            flt = In(attribute, tuple(_typed(v, kind) for v in value))
+            flt = Not(flt) if op == "not in" else flt
+        elif op == "!=":
+            flt = Not(EqualTo(attribute, _typed(value, kind)))
+        elif op in _TRIPLE_COMPARISONS:
+            flt = _TRIPLE_COMPARISONS[op](attribute, _typed(value, kind))
+        else:
+            raise UnsupportedFilter(f"unknown operator {op!r}; use one of {', '.join(TRIPLE_OPS)}")
+        to_expression(flt, kind)  # refuses what it cannot evaluate exactly
+        filters.append(flt)
+    return filters
+
+
+def triple_value_json(value: Any) -> Any:
+    """A triple's value as JSON can carry it (times as ISO 8601 text)."""
+    if isinstance(value, list | tuple):
+        return [triple_value_json(v) for v in value]
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    return value
+
+
+def _typed(value: Any, kind: pa.DataType) -> Any:
+    """A JSON value as the Python value Spark would push for a column of type ``kind``."""
+    try:
+        if isinstance(value, str) and pa.types.is_timestamp(kind):
+            parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+            if kind.tz is not None and parsed.tzinfo is None:
+                parsed = parsed.replace(tzinfo=dt.UTC)
+            return parsed
+        if isinstance(value, str) and pa.types.is_date(kind):
+            return dt.date.fromisoformat(value)
+    except ValueError as exc:
+        raise UnsupportedFilter(f"{value!r} is not a {kind}") from exc
+    return value

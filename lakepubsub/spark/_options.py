@@ -12,6 +12,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 from urllib.parse import urlparse
 
 from lakepubsub import errors
@@ -25,14 +26,18 @@ TXN_APP_ID = "txnappid"
 TXN_VERSION = "txnversion"
 PARTITION_BY = "partitionby"
 USER_METADATA = "usermetadata"
-# A reader built without ``pushFilters`` for sessions that leave
-# spark.sql.python.filterPushdown.enabled off (Spark refuses a source that
-# implements pushFilters there).
+# Opt-in Spark filter pushdown. Off by default because Spark 4.2.0 caches the
+# read plan of a pushdown on the relation: a later query on the same DataFrame
+# or view that pushes no filter reuses it and silently loses rows. A reader
+# with pushdown also needs spark.sql.python.filterPushdown.enabled=true.
 PUSH_FILTERS = "pushfilters"
+# Filters that belong to the relation itself (JSON [[column, op, value], ...]):
+# they prune files and rows and are safe however often the DataFrame is reused.
+FILTERS = "filters"
 
 _SOURCE_KEYS = frozenset(
     {PATH, VERSION, VERSION_ALIAS, TIMESTAMP, TXN_APP_ID, TXN_VERSION, PARTITION_BY}
-    | {USER_METADATA, PUSH_FILTERS}
+    | {USER_METADATA, PUSH_FILTERS, FILTERS}
 )
 
 
@@ -48,7 +53,8 @@ class SourceOptions:
     txn_version: int | None = None
     partition_by: tuple[str, ...] = ()
     user_metadata: str | None = None
-    push_filters: bool = True
+    push_filters: bool = False
+    filters: tuple[tuple[str, str, Any], ...] = ()
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -75,7 +81,8 @@ class SourceOptions:
             txn_version=txn_version,
             partition_by=_column_list(opts.get(PARTITION_BY, "")),
             user_metadata=opts.get(USER_METADATA),
-            push_filters=opts.get(PUSH_FILTERS, "true").lower() != "false",
+            push_filters=opts.get(PUSH_FILTERS, "false").lower() == "true",
+            filters=_filter_triples(opts.get(FILTERS, "")),
         )
 
     @property
@@ -121,6 +128,18 @@ def _int_option(name: str, text: str | None) -> int | None:
     if value < 0:
         raise errors.InvalidArgument(f"lakedelta: option {name} must not be negative")
     return value
+
+
+def _filter_triples(text: str) -> tuple[tuple[str, str, Any], ...]:
+    if not text.strip():
+        return ()
+    try:
+        triples = json.loads(text)
+        return tuple((str(c), str(op).lower(), value) for c, op, value in triples)
+    except (ValueError, TypeError) as exc:
+        raise errors.InvalidArgument(
+            "lakedelta: filters must be a JSON list of [column, op, value]"
+        ) from exc
 
 
 def _column_list(text: str) -> tuple[str, ...]:

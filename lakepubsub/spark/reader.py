@@ -18,6 +18,7 @@ from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from lakepubsub import errors
 from lakepubsub.spark import _filters, _scan, _table
 from lakepubsub.spark._files import TableFiles
 from lakepubsub.spark._options import SourceOptions
@@ -35,14 +36,20 @@ class FilePartition(InputPartition):
 
 
 class DeltaReader(DataSourceReader):
-    """Reads one pinned version of a Delta table; filter pushdown left to ``DeltaFilterReader``."""
+    """Reads one pinned version of a Delta table, only rows passing the ``filters`` option.
+
+    Spark's filter pushdown is left to ``DeltaFilterReader`` (see ``_options.PUSH_FILTERS``).
+    """
 
     def __init__(self, options: SourceOptions, schema: StructType, version: int | None) -> None:
         self.options = options
         self.schema = schema
         self.version = version
-        self.filters: list[Filter] = []
-        self.planned_files: int | None = None
+        try:
+            target = to_arrow_schema(schema, timezone="UTC")
+            self.filters: list[Filter] = _filters.from_triples(options.filters, target)
+        except _filters.UnsupportedFilter as exc:
+            raise errors.InvalidArgument(f"lakedelta: filters option: {exc}") from exc
 
     def partitions(self) -> Sequence[InputPartition]:
         table = _table.open_table(
@@ -55,7 +62,6 @@ class DeltaReader(DataSourceReader):
         columns = _table.partition_columns(table)
         actions, files = _scan.data_files(table, columns)
         kept = _scan.prune(actions, files, self.filters, _table.arrow_schema(table), columns)
-        self.planned_files = len(kept)
         return [FilePartition(f) for f in kept]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -80,10 +81,12 @@ def create_view(
     version: int | None = None,
     timestamp: datetime | str | None = None,
     storage_options: Mapping[str, str] | None = None,
+    filters: Sequence[tuple[str, str, Any]] = (),
     mode: ReadMode = "auto",
 ) -> DataFrame:
     """Make a temporary view ``name`` of one pinned table version, for Spark SQL.
 
+    The arguments are ``read_table``'s.
     The view keeps showing the version current when it was created; call again
     to move it forward. SQL can also create a live view directly:
     ``CREATE TEMPORARY VIEW v USING lakedelta OPTIONS (path '...')``.
@@ -94,6 +97,7 @@ def create_view(
         version=version,
         timestamp=timestamp,
         storage_options=storage_options,
+        filters=filters,
         mode=mode,
     )
     frame.createOrReplaceTempView(name)

@@ -20,17 +20,31 @@ partition values can be read back from Hive-style directories) and
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from deltalake import DeltaTable
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as sf
+from pyspark.sql.datasource import (
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    IsNotNull,
+    IsNull,
+    LessThan,
+    LessThanOrEqual,
+    Not,
+)
 from pyspark.sql.types import StructType
 
 from lakepubsub import errors
-from lakepubsub.spark import _commit, _scan, _table
+from lakepubsub.spark import _commit, _filters, _scan, _table
 from lakepubsub.spark._options import SourceOptions
 from lakepubsub.spark.datasource import SOURCE_NAME
 
@@ -49,14 +63,18 @@ def read_table(
     version: int | None = None,
     timestamp: datetime | str | None = None,
     storage_options: Mapping[str, str] | None = None,
+    filters: Sequence[tuple[str, str, Any]] = (),
     mode: ReadMode = "auto",
 ) -> DataFrame:
     """One Delta table version as a DataFrame: ``version``, the one at ``timestamp``, or the latest.
 
     The version is pinned now, so every action on the DataFrame sees the same
-    rows whatever is committed later. ``mode`` chooses the read path (module
-    docstring); ``"parquet"`` raises ``FailedPrecondition`` where it would not
-    be exact or the JVM cannot reach the files.
+    rows whatever is committed later. ``filters`` are ``(column, op, value)``
+    triples (ops ``= != < <= > >= in, not in, is null, is not null``) that the
+    DataFrame holds only the matching rows of; they also skip whole files by
+    their Delta statistics. ``mode`` chooses the read path (module docstring);
+    ``"parquet"`` raises ``FailedPrecondition`` where it would not be exact or
+    the JVM cannot reach the files.
     """
     from lakepubsub.spark.session import register_source
 
@@ -76,20 +94,27 @@ def read_table(
     )
     if mode not in ("auto", "parquet", "python"):
         raise errors.InvalidArgument(f"read mode {mode!r}: use auto, parquet or python")
+    try:
+        pushed = _filters.from_triples(list(filters), _table.arrow_schema(table))
+    except _filters.UnsupportedFilter as exc:
+        raise errors.InvalidArgument(f"filters: {exc}") from exc
     if mode != "python":
         reason = _parquet_blocker(spark, options, table)
         if reason is None:
-            return _parquet_frame(spark, options, table)
+            return _parquet_frame(spark, options, table, pushed)
         if mode == "parquet":
             raise errors.FailedPrecondition(f"{options.path}: cannot read as parquet: {reason}")
     register_source(spark)
-    return (
+    reader = (
         spark.read.format(SOURCE_NAME)
         .option("path", options.path)
         .option("versionAsOf", str(table.version()))
         .options(**options.storage_options)
-        .load()
     )
+    if filters:
+        triples = [[c, op, _filters.triple_value_json(v)] for c, op, v in filters]
+        reader = reader.option("filters", json.dumps(triples))
+    return reader.load()
 
 
 def _parquet_blocker(spark: SparkSession, options: SourceOptions, table: DeltaTable) -> str | None:
@@ -124,10 +149,13 @@ def _unescape(text: str) -> str:
     return _PERCENT_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), text)
 
 
-def _parquet_frame(spark: SparkSession, options: SourceOptions, table: DeltaTable) -> DataFrame:
+def _parquet_frame(
+    spark: SparkSession, options: SourceOptions, table: DeltaTable, filters: Sequence[Filter]
+) -> DataFrame:
     schema = _table.spark_schema(table)
     columns = _table.partition_columns(table)
-    _, files = _scan.data_files(table, columns)
+    actions, files = _scan.data_files(table, columns)
+    files = _scan.prune(actions, files, filters, _table.arrow_schema(table), columns)
     if not files:
         return spark.createDataFrame([], schema)
     root = options.path
@@ -143,7 +171,35 @@ def _parquet_frame(spark: SparkSession, options: SourceOptions, table: DeltaTabl
     reader = reader.schema(StructType([*data_fields, *partition_fields]))
     if columns:
         reader = reader.option("basePath", root)
-    return reader.parquet(*locations).select(*[f"`{f.name}`" for f in schema.fields])
+    frame = reader.parquet(*locations).select(*[f"`{f.name}`" for f in schema.fields])
+    for flt in filters:
+        frame = frame.where(_spark_condition(flt))
+    return frame
+
+
+def _spark_condition(flt: Filter) -> Column:
+    """A taken filter as the Spark column expression with the same SQL semantics."""
+    if isinstance(flt, Not):
+        return ~_spark_condition(flt.child)
+    column = sf.col(f"`{_filters.column_of(flt)}`")
+    if isinstance(flt, IsNull):
+        return column.isNull()
+    if isinstance(flt, IsNotNull):
+        return column.isNotNull()
+    if isinstance(flt, In):
+        return column.isin(list(flt.value))
+    value = sf.lit(getattr(flt, "value", None))
+    if isinstance(flt, EqualTo):
+        return column == value
+    if isinstance(flt, LessThan):
+        return column < value
+    if isinstance(flt, LessThanOrEqual):
+        return column <= value
+    if isinstance(flt, GreaterThan):
+        return column > value
+    if isinstance(flt, GreaterThanOrEqual):
+        return column >= value
+    raise errors.InvalidArgument(f"filter {flt} has no Spark form here")
 
 
 def _jvm_has_s3a(spark: SparkSession) -> bool:
