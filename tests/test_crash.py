@@ -9,7 +9,7 @@ import signal
 import time
 from pathlib import Path
 
-from conftest import LakeSpec
+from support import LakeSpec
 
 from lakepubsub import (
     Engine,

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import LakeSpec
+from support import LakeSpec
 
 from lakepubsub import (
     Engine,

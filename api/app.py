@@ -1,0 +1,92 @@
+"""The FastAPI application: Google Cloud Pub/Sub REST v1 on the lake."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
+
+import lakepubsub
+from api import errors, models, subscriptions, topics
+from api.deps import EngineDep, json_response
+from api.middleware import LimitBody, Metrics
+from lakepubsub import Engine, Settings
+
+DESCRIPTION = """\
+Google Cloud Pub/Sub REST v1, served from Delta Lake tables. Point an unmodified
+Google client at this URL. Extensions from the early Pub/Sub design: a
+subscription's `truncationPolicy`, `:truncate`, `:nack`, and truncation events in
+pull responses (`receivedMessages[].event`).
+"""
+
+
+def create_app(engine: Engine | None = None) -> FastAPI:
+    """The app; with no engine given, one is made from the environment at start-up."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.engine = engine or Engine(Settings.from_env())
+        try:
+            yield
+        finally:
+            # Graceful shutdown: queued publishes commit, waiting pulls return.
+            await run_in_threadpool(app.state.engine.close)
+
+    app = FastAPI(
+        title="lakepubsub",
+        version=lakepubsub.__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    errors.install(app)
+    app.include_router(topics.router)
+    app.include_router(subscriptions.router)
+    app.add_middleware(Metrics)
+    app.add_middleware(LimitBody)
+    _add_operational_routes(app)
+    _document_models(app)
+    return app
+
+
+def _add_operational_routes(app: FastAPI) -> None:
+    @app.get("/healthz", tags=["operations"], name="healthz")
+    def healthz() -> Response:
+        """Liveness: the process serves requests (no storage access)."""
+        return json_response({"status": "ok"})
+
+    @app.get("/readyz", tags=["operations"], name="readyz")
+    def readyz(engine: EngineDep) -> Response:
+        """Readiness: the lake's catalog can be read now."""
+        engine.catalog.view(max_staleness_s=0)
+        return json_response({"status": "ready"})
+
+    @app.get("/metrics", tags=["operations"], name="metrics")
+    def metrics() -> Response:
+        """Prometheus metrics of this process."""
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+
+def _document_models(app: FastAPI) -> None:
+    """Schemas referenced by hand-parsed bodies (publish) must be in the document."""
+    original = app.openapi
+
+    def openapi() -> dict[str, object]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = original()
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for model in (models.PublishRequest, models.PubsubMessage, models.ErrorResponse):
+            json_schema = model.model_json_schema(
+                by_alias=True, ref_template="#/components/schemas/{model}"
+            )
+            for name, sub in json_schema.pop("$defs", {}).items():
+                components.setdefault(name, sub)
+            components[model.__name__] = json_schema
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -1,0 +1,72 @@
+"""Every error leaves the API in Pub/Sub's shape: ``{"error": {code, message, status}}``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from lakepubsub import errors
+
+log = logging.getLogger(__name__)
+
+_HTTP_STATUS_NAMES = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    405: "UNIMPLEMENTED",
+    409: "ALREADY_EXISTS",
+    413: "INVALID_ARGUMENT",
+    415: "INVALID_ARGUMENT",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    501: "UNIMPLEMENTED",
+    503: "UNAVAILABLE",
+}
+
+
+def error_response(
+    http_status: int, status: str, message: str, details: list[dict[str, Any]] | None = None
+) -> Response:
+    body: dict[str, Any] = {"code": http_status, "message": message, "status": status}
+    if details:
+        body["details"] = details
+    return Response(
+        orjson.dumps({"error": body}), status_code=http_status, media_type="application/json"
+    )
+
+
+def from_exception(exc: errors.LakePubSubError) -> Response:
+    return error_response(exc.http_status, exc.status, exc.message, exc.details)
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers that map every failure to the Pub/Sub error shape."""
+
+    @app.exception_handler(errors.LakePubSubError)
+    async def lakepubsub_error(_: Request, exc: errors.LakePubSubError) -> Response:
+        return from_exception(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_: Request, exc: RequestValidationError) -> Response:
+        problems = []
+        for err in exc.errors()[:5]:
+            where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
+            problems.append(f"{where or 'body'}: {err.get('msg', 'invalid')}")
+        return error_response(400, "INVALID_ARGUMENT", "Invalid request: " + "; ".join(problems))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> Response:
+        status = _HTTP_STATUS_NAMES.get(exc.status_code, "UNKNOWN")
+        return error_response(exc.status_code, status, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def unexpected(_: Request, exc: Exception) -> Response:
+        log.exception("unhandled error")
+        return error_response(500, "INTERNAL", f"internal error: {type(exc).__name__}")

@@ -1,0 +1,103 @@
+"""ASGI middleware: request size limit and HTTP metrics. Pure ASGI for low overhead."""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import Counter, Histogram
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api.errors import error_response
+
+# Twice the 10 MB publish limit covers base64's 4/3 growth and JSON framing;
+# anything larger is refused before it is read into memory.
+MAX_BODY_BYTES = 20 * 1024 * 1024
+
+HTTP_REQUESTS = Counter(
+    "lakepubsub_http_requests_total", "HTTP requests", ["method", "route", "code"]
+)
+HTTP_SECONDS = Histogram(
+    "lakepubsub_http_request_seconds",
+    "HTTP request latency",
+    ["route"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+class LimitBody:
+    """Refuse request bodies over ``MAX_BODY_BYTES`` with 413 in the Pub/Sub error shape,
+    and read every API body as JSON whatever its declared content type (curl's default
+    form type included): the API has no other body format."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers", []))
+        if scope["path"].startswith("/v1/") and b"json" not in headers.get(b"content-type", b""):
+            headers[b"content-type"] = b"application/json"
+            scope = {**scope, "headers": list(headers.items())}
+        length = headers.get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
+            await _too_large(scope, receive, send)
+            return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > MAX_BODY_BYTES:
+                raise BodyTooLarge
+            return message
+
+        try:
+            await self.app(scope, limited, send)
+        except BodyTooLarge:
+            await _too_large(scope, receive, send)
+
+
+async def _too_large(scope: Scope, receive: Receive, send: Send) -> None:
+    response = error_response(
+        413, "INVALID_ARGUMENT", f"Request payload size exceeds the limit: {MAX_BODY_BYTES} bytes."
+    )
+    await response(scope, receive, send)
+
+
+class Metrics:
+    """Count requests and time them per route template."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = [500]
+
+        async def record(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, record)
+        finally:
+            route = _route_name(scope)
+            HTTP_REQUESTS.labels(scope["method"], route, str(status[0])).inc()
+            HTTP_SECONDS.labels(route).observe(time.perf_counter() - started)
+
+
+def _route_name(scope: Scope) -> str:
+    route = scope.get("route")
+    name = getattr(route, "name", None)
+    return str(name) if name else "unmatched"

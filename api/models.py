@@ -1,0 +1,190 @@
+"""Request and response bodies of Pub/Sub REST v1 (camelCase JSON), plus our extensions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+
+# -- errors -----------------------------------------------------------------------------
+
+
+class Status(Model):
+    code: int = Field(description="HTTP status code")
+    message: str
+    status: str = Field(description="google.rpc.Code name, e.g. NOT_FOUND")
+    details: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class ErrorResponse(Model):
+    error: Status
+
+
+# -- topics -----------------------------------------------------------------------------
+
+
+class TopicBody(Model):
+    name: str = ""
+    labels: dict[str, str] = Field(default_factory=dict)
+    message_retention_duration: str | None = Field(
+        default=None, description='Duration like "86400s"; messages are kept at least this long'
+    )
+
+
+class UpdateTopicRequest(Model):
+    topic: TopicBody
+    update_mask: str = Field(description="Comma-separated field paths, e.g. 'labels'")
+
+
+class ListTopicsResponse(Model):
+    topics: list[TopicBody] = Field(default_factory=list)
+    next_page_token: str | None = None
+
+
+class ListTopicSubscriptionsResponse(Model):
+    subscriptions: list[str] = Field(default_factory=list)
+    next_page_token: str | None = None
+
+
+class PubsubMessage(Model):
+    data: str | None = Field(default=None, description="base64-encoded payload")
+    attributes: dict[str, str] | None = None
+    message_id: str | None = None
+    publish_time: str | None = None
+    ordering_key: str | None = None
+
+
+class PublishRequest(Model):
+    messages: list[PubsubMessage]
+
+
+class PublishResponse(Model):
+    message_ids: list[str] = Field(default_factory=list)
+
+
+# -- subscriptions ----------------------------------------------------------------------
+
+
+class TruncationPolicyBody(Model):
+    max_bytes: int | None = Field(default=None, description="Backlog bytes to keep at most")
+    max_age_seconds: int | None = Field(default=None, description="Backlog age to keep at most")
+
+
+class DeadLetterPolicyBody(Model):
+    dead_letter_topic: str = ""
+    max_delivery_attempts: int | None = None
+
+
+class RetryPolicyBody(Model):
+    minimum_backoff: str | None = None
+    maximum_backoff: str | None = None
+
+
+class ExpirationPolicyBody(Model):
+    ttl: str | None = Field(default=None, description="Empty or absent: never expires")
+
+
+class OidcTokenBody(Model):
+    service_account_email: str = ""
+    audience: str = ""
+
+
+class NoWrapperBody(Model):
+    write_metadata: bool = False
+
+
+class PushConfigBody(Model):
+    push_endpoint: str = ""
+    attributes: dict[str, str] = Field(default_factory=dict)
+    oidc_token: OidcTokenBody | None = None
+    no_wrapper: NoWrapperBody | None = None
+
+
+class SubscriptionBody(Model):
+    name: str = ""
+    topic: str = ""
+    push_config: PushConfigBody | None = None
+    ack_deadline_seconds: int | None = None
+    retain_acked_messages: bool | None = None
+    message_retention_duration: str | None = None
+    labels: dict[str, str] | None = None
+    enable_message_ordering: bool | None = None
+    expiration_policy: ExpirationPolicyBody | None = None
+    filter: str | None = None
+    dead_letter_policy: DeadLetterPolicyBody | None = None
+    retry_policy: RetryPolicyBody | None = None
+    detached: bool | None = None
+    enable_exactly_once_delivery: bool | None = None
+    truncation_policy: TruncationPolicyBody | None = Field(
+        default=None, description="lakepubsub extension (early Pub/Sub design)"
+    )
+    state: str | None = None
+
+
+class UpdateSubscriptionRequest(Model):
+    subscription: SubscriptionBody
+    update_mask: str
+
+
+class ListSubscriptionsResponse(Model):
+    subscriptions: list[SubscriptionBody] = Field(default_factory=list)
+    next_page_token: str | None = None
+
+
+class PullRequest(Model):
+    max_messages: int = Field(default=0, description="1-1000 messages")
+    return_immediately: bool = False
+
+
+class TruncationEventBody(Model):
+    truncated: bool = True
+    first_offset: int = Field(description="First dropped offset")
+    end_offset: int = Field(description="One past the last dropped offset")
+    reason: str
+    time: str
+
+
+class ReceivedMessageBody(Model):
+    ack_id: str
+    message: PubsubMessage
+    delivery_attempt: int = 0
+    event: TruncationEventBody | None = Field(
+        default=None,
+        description="lakepubsub extension: set for a truncation event (seed 000 PubsubEvent); "
+        "the message then carries the event as attributes and no data",
+    )
+
+
+class PullResponse(Model):
+    received_messages: list[ReceivedMessageBody] = Field(default_factory=list)
+
+
+class AcknowledgeRequest(Model):
+    ack_ids: list[str]
+
+
+class ModifyAckDeadlineRequest(Model):
+    ack_ids: list[str]
+    ack_deadline_seconds: int
+
+
+class ModifyPushConfigRequest(Model):
+    push_config: PushConfigBody | None = None
+
+
+class TruncateRequest(Model):
+    """lakepubsub extension: drop every unacknowledged message (seed 000 TruncateSubscription)."""
+
+
+class TruncateResponse(Model):
+    event: TruncationEventBody
+
+
+class Empty(Model):
+    pass

@@ -1,0 +1,172 @@
+"""Subscription routes: admin, pull, acknowledge, deadlines, and the truncation extensions."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
+
+from api import convert
+from api import models as m
+from api.deps import EngineDep, json_response
+from lakepubsub import errors
+from lakepubsub.names import SubscriptionName
+
+router = APIRouter(prefix="/v1/projects/{project}", tags=["subscriptions"])
+
+PageSize = Annotated[int, Query(alias="pageSize", ge=0)]
+PageToken = Annotated[str, Query(alias="pageToken")]
+
+
+@router.put(
+    "/subscriptions/{subscription}", response_model=m.SubscriptionBody, name="create_subscription"
+)
+def create_subscription(
+    project: str, subscription: str, body: m.SubscriptionBody, engine: EngineDep
+) -> Response:
+    name = SubscriptionName(project, subscription)
+    created = engine.create_subscription(convert.subscription_from_body(name, body))
+    return json_response(convert.subscription_body(created))
+
+
+@router.get(
+    "/subscriptions/{subscription}", response_model=m.SubscriptionBody, name="get_subscription"
+)
+def get_subscription(project: str, subscription: str, engine: EngineDep) -> Response:
+    sub = engine.get_subscription(SubscriptionName(project, subscription))
+    return json_response(convert.subscription_body(sub))
+
+
+@router.patch(
+    "/subscriptions/{subscription}", response_model=m.SubscriptionBody, name="update_subscription"
+)
+def update_subscription(
+    project: str, subscription: str, body: m.UpdateSubscriptionRequest, engine: EngineDep
+) -> Response:
+    name = SubscriptionName(project, subscription)
+    updated = engine.update_subscription(
+        name,
+        convert.subscription_fields(body.subscription),
+        convert.subscription_mask(body.update_mask),
+    )
+    return json_response(convert.subscription_body(updated))
+
+
+@router.delete("/subscriptions/{subscription}", response_model=m.Empty, name="delete_subscription")
+def delete_subscription(project: str, subscription: str, engine: EngineDep) -> Response:
+    engine.delete_subscription(SubscriptionName(project, subscription))
+    return json_response({})
+
+
+@router.get("/subscriptions", response_model=m.ListSubscriptionsResponse, name="list_subscriptions")
+def list_subscriptions(
+    project: str, engine: EngineDep, page_size: PageSize = 0, page_token: PageToken = ""
+) -> Response:
+    subs, token = engine.list_subscriptions(project, page_size=page_size, page_token=page_token)
+    body: dict[str, Any] = {"subscriptions": [convert.subscription_body(s) for s in subs]}
+    if token:
+        body["nextPageToken"] = token
+    return json_response(body)
+
+
+@router.post("/subscriptions/{subscription}:pull", response_model=m.PullResponse, name="pull")
+async def pull(project: str, subscription: str, body: m.PullRequest, engine: EngineDep) -> Response:
+    """Lease messages. Waits (long poll) for new ones unless ``returnImmediately``."""
+    name = SubscriptionName(project, subscription)
+    if body.max_messages <= 0:
+        raise errors.InvalidArgument("maxMessages must be a positive number")
+    future = await run_in_threadpool(
+        engine.pull_future,
+        name,
+        max_messages=body.max_messages,
+        return_immediately=body.return_immediately,
+    )
+    received = await asyncio.wrap_future(future)
+    if not received:
+        return json_response({})
+    return json_response({"receivedMessages": [convert.received_body(r) for r in received]})
+
+
+def _ack_failures(failures: dict[str, str]) -> None:
+    """Exactly-once failures, reported as Pub/Sub does: INVALID_ARGUMENT with ErrorInfo."""
+    if failures:
+        raise errors.InvalidArgument(
+            f"{len(failures)} ack id(s) could not be processed",
+            details=[
+                {
+                    "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                    "reason": "EXACTLY_ONCE_ACKID_FAILURE",
+                    "domain": "pubsub.googleapis.com",
+                    "metadata": failures,
+                }
+            ],
+        )
+
+
+@router.post(
+    "/subscriptions/{subscription}:acknowledge", response_model=m.Empty, name="acknowledge"
+)
+async def acknowledge(
+    project: str, subscription: str, body: m.AcknowledgeRequest, engine: EngineDep
+) -> Response:
+    name = SubscriptionName(project, subscription)
+    future = await run_in_threadpool(engine.acknowledge_future, name, body.ack_ids)
+    _ack_failures(await asyncio.wrap_future(future))
+    return json_response({})
+
+
+@router.post(
+    "/subscriptions/{subscription}:modifyAckDeadline",
+    response_model=m.Empty,
+    name="modify_ack_deadline",
+)
+async def modify_ack_deadline(
+    project: str, subscription: str, body: m.ModifyAckDeadlineRequest, engine: EngineDep
+) -> Response:
+    name = SubscriptionName(project, subscription)
+    future = await run_in_threadpool(
+        engine.modify_ack_deadline_future, name, body.ack_ids, body.ack_deadline_seconds
+    )
+    _ack_failures(await asyncio.wrap_future(future))
+    return json_response({})
+
+
+@router.post("/subscriptions/{subscription}:nack", response_model=m.Empty, name="nack")
+async def nack(
+    project: str, subscription: str, body: m.AcknowledgeRequest, engine: EngineDep
+) -> Response:
+    """lakepubsub extension (seed 000 Nack): make the messages redeliverable now."""
+    name = SubscriptionName(project, subscription)
+    future = await run_in_threadpool(engine.modify_ack_deadline_future, name, body.ack_ids, 0)
+    _ack_failures(await asyncio.wrap_future(future))
+    return json_response({})
+
+
+@router.post(
+    "/subscriptions/{subscription}:modifyPushConfig",
+    response_model=m.Empty,
+    name="modify_push_config",
+)
+def modify_push_config(
+    project: str, subscription: str, body: m.ModifyPushConfigRequest, engine: EngineDep
+) -> Response:
+    name = SubscriptionName(project, subscription)
+    engine.update_subscription(
+        name, {"push_config": convert.push_config(body.push_config)}, ["push_config"]
+    )
+    return json_response({})
+
+
+@router.post(
+    "/subscriptions/{subscription}:truncate", response_model=m.TruncateResponse, name="truncate"
+)
+async def truncate(project: str, subscription: str, engine: EngineDep) -> Response:
+    """lakepubsub extension (seed 000 TruncateSubscription): drop every unacknowledged
+    message and queue a truncation event that the next pull delivers first."""
+    name = SubscriptionName(project, subscription)
+    future = await run_in_threadpool(engine.truncate_future, name)
+    event = await asyncio.wrap_future(future)
+    return json_response({"event": convert.event_body(event)})

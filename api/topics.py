@@ -1,0 +1,117 @@
+"""Topic routes: admin and publish."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Body, Query, Request
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
+
+from api import convert
+from api import models as m
+from api.deps import EngineDep, json_response
+from lakepubsub import Engine, errors
+from lakepubsub.names import TopicName
+
+router = APIRouter(prefix="/v1/projects/{project}", tags=["topics"])
+
+PageSize = Annotated[int, Query(alias="pageSize", ge=0)]
+PageToken = Annotated[str, Query(alias="pageToken")]
+
+
+@router.put("/topics/{topic}", response_model=m.TopicBody, name="create_topic")
+def create_topic(
+    project: str, topic: str, engine: EngineDep, body: Annotated[m.TopicBody | None, Body()] = None
+) -> Response:
+    name = TopicName(project, topic)
+    created = engine.create_topic(convert.topic_from_body(name, body or m.TopicBody()))
+    return json_response(convert.topic_body(created))
+
+
+@router.get("/topics/{topic}", response_model=m.TopicBody, name="get_topic")
+def get_topic(project: str, topic: str, engine: EngineDep) -> Response:
+    return json_response(convert.topic_body(engine.get_topic(TopicName(project, topic))))
+
+
+@router.patch("/topics/{topic}", response_model=m.TopicBody, name="update_topic")
+def update_topic(
+    project: str, topic: str, body: m.UpdateTopicRequest, engine: EngineDep
+) -> Response:
+    name = TopicName(project, topic)
+    updated = engine.update_topic(
+        name, convert.topic_changes(body.topic), convert.topic_mask(body.update_mask)
+    )
+    return json_response(convert.topic_body(updated))
+
+
+@router.delete("/topics/{topic}", response_model=m.Empty, name="delete_topic")
+def delete_topic(project: str, topic: str, engine: EngineDep) -> Response:
+    engine.delete_topic(TopicName(project, topic))
+    return json_response({})
+
+
+@router.get("/topics", response_model=m.ListTopicsResponse, name="list_topics")
+def list_topics(
+    project: str, engine: EngineDep, page_size: PageSize = 0, page_token: PageToken = ""
+) -> Response:
+    topics, token = engine.list_topics(project, page_size=page_size, page_token=page_token)
+    body: dict[str, Any] = {"topics": [convert.topic_body(t) for t in topics]}
+    if token:
+        body["nextPageToken"] = token
+    return json_response(body)
+
+
+@router.get(
+    "/topics/{topic}/subscriptions",
+    response_model=m.ListTopicSubscriptionsResponse,
+    name="list_topic_subscriptions",
+)
+def list_topic_subscriptions(
+    project: str, topic: str, engine: EngineDep, page_size: PageSize = 0, page_token: PageToken = ""
+) -> Response:
+    names, token = engine.list_topic_subscriptions(
+        TopicName(project, topic), page_size=page_size, page_token=page_token
+    )
+    body: dict[str, Any] = {"subscriptions": names}
+    if token:
+        body["nextPageToken"] = token
+    return json_response(body)
+
+
+def _submit_publish(engine: Engine, name: TopicName, raw: bytes) -> Any:
+    try:
+        decoded = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise errors.InvalidArgument(f"Invalid JSON payload: {exc}") from exc
+    return engine.publish_future(name, convert.publish_messages(decoded))
+
+
+@router.post(
+    "/topics/{topic}:publish",
+    response_model=m.PublishResponse,
+    name="publish",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/PublishRequest"}}
+            },
+        }
+    },
+)
+async def publish(project: str, topic: str, request: Request, engine: EngineDep) -> Response:
+    """Publish messages; the ids are returned once the messages are committed to the lake."""
+    name = TopicName(project, topic)
+    raw = await request.body()
+    future = await run_in_threadpool(_submit_publish, engine, name, raw)
+    ids = await asyncio.wrap_future(future)
+    return json_response({"messageIds": ids})
+
+
+@router.get("/topics/{topic}/snapshots", name="list_topic_snapshots")
+def list_topic_snapshots(project: str, topic: str, engine: EngineDep) -> Response:
+    engine.get_topic(TopicName(project, topic))
+    return json_response({"snapshots": []})
