@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from deploytools import (
     DOCKER,
+    REPO,
     TERRAFORM,
     blocks,
     parse_tf,
@@ -160,3 +161,26 @@ def test_terraform_validate(directory: Path) -> None:
         finally:
             if not had_lock_file:
                 lock_file.unlink(missing_ok=True)
+
+
+def _anchor(heading: str) -> str:
+    return re.sub(r"[^a-z0-9 -]", "", heading.lower()).strip().replace(" ", "-")
+
+
+def test_alarm_runbook_links_resolve() -> None:
+    operations = REPO / "docs" / "operations.md"
+    anchors = {
+        _anchor(line.lstrip("#"))
+        for line in operations.read_text().splitlines()
+        if line.startswith("#")
+    }
+    alarms = parse_tf(TERRAFORM / "modules" / "monitoring" / "alarms.tf")
+    links = [
+        match
+        for entry in alarms["resource"]
+        for named in entry.values()
+        for body in named.values()
+        for match in re.findall(r"docs/operations\.md#([\w-]+)", body["alarm_description"])
+    ]
+    assert len(links) == 5
+    assert set(links) <= anchors, set(links) - anchors
