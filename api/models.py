@@ -171,7 +171,8 @@ class AcknowledgeRequest(Model):
 
 class ModifyAckDeadlineRequest(Model):
     ack_ids: list[str]
-    ack_deadline_seconds: int
+    # Protobuf JSON leaves out zero values, so a nack (0) arrives without the field.
+    ack_deadline_seconds: int = 0
 
 
 class ModifyPushConfigRequest(Model):

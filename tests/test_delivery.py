@@ -222,3 +222,24 @@ def test_exactly_once_rejects_stale_ack_ids(engine: Engine) -> None:
     assert engine.acknowledge(name, [second.ack_id]) == {
         second.ack_id: "PERMANENT_FAILURE_INVALID_ACK_ID"
     }, "a second successful ack is impossible"
+
+
+def test_commit_offset_acks_everything_below(engine: Engine, sub: SubscriptionName) -> None:
+    publish(engine, 6)
+    leased = engine.pull(sub, max_messages=2)
+    engine.commit_offset(sub, 4)
+    state = lease_state(engine, sub)
+    assert state.rows == {} and state.cursor.frontier == 4
+    assert datas(engine.pull(sub, max_messages=10)) == [b"m4", b"m5"]
+    assert engine.acknowledge(sub, [r.ack_id for r in leased]) == {}
+
+
+def test_idle_long_polls_keep_the_subscription_active(lake) -> None:  # type: ignore[no-untyped-def]
+    now = [10**15]
+    with Engine(lake.settings(pull_wait_s=0.1, clock_us=lambda: now[0])) as engine:
+        engine.create_topic(Topic(TOPIC))
+        engine.create_subscription(Subscription(SUB, TOPIC))
+        before = engine.subscription_state(SUB).cursor.active_us
+        now[0] += 2 * 3600 * 1_000_000
+        assert engine.pull(SUB, max_messages=1) == []
+        assert engine.subscription_state(SUB).cursor.active_us == now[0] > before
