@@ -56,5 +56,9 @@ PULL_POLL_INTERVAL_S = 0.1
 # A delivery dispatcher or publisher thread with nothing to do for this long exits.
 WORKER_IDLE_EXIT_S = 60.0
 
+# A subscription's last-activity time (for expiration) is written with the next
+# commit, or on its own once it is this stale, so idle long polls keep it alive.
+ACTIVITY_RESOLUTION_S = 3600
+
 # Microseconds per second, for the *_us timestamp columns.
 US_PER_S = 1_000_000

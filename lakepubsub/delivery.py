@@ -63,8 +63,12 @@ class AckRequest:
 
 @dataclass
 class TruncateRequest:
+    """Drop pending messages below ``end_offset`` and queue an event; or, with
+    ``silent``, acknowledge them (a batch consumer committing what it processed)."""
+
     end_offset: int | None  # None: the topic head (drop every pending message)
     reason: str
+    silent: bool = False
     future: Future[TruncationEvent] = field(default_factory=Future)
 
 
@@ -276,10 +280,12 @@ class Dispatcher:
         self, planner: Planner, messages: MessagesTable, request: TruncateRequest
     ) -> TruncationEvent:
         end = messages.head() if request.end_offset is None else request.end_offset
-        now_us = planner.now_us
         first = planner.state.floor()
-        event = TruncationEvent(first, max(first, end), request.reason, now_us)
-        planner.truncate(end, orjson.dumps(event.to_json()).decode())
+        event = TruncationEvent(first, max(first, end), request.reason, planner.now_us)
+        if request.silent:
+            planner.consume_to(end)
+        elif end > first:
+            planner.truncate(end, orjson.dumps(event.to_json()).decode())
         return event
 
     def _claim(

@@ -389,6 +389,32 @@ class Engine:
     ) -> TruncationEvent:
         return self.truncate_future(name, end_offset=end_offset, reason=reason).result()
 
+    def commit_offset(self, name: SubscriptionName, end_offset: int) -> None:
+        """Acknowledge every message below ``end_offset`` at once (no event).
+
+        For consumers that process the history in bulk (the Spark batch consumer)
+        and track their own position.
+        """
+        self._submit(name, lambda: TruncateRequest(end_offset, "commit", silent=True)).result()
+
+    # -- state for jobs and operators ---------------------------------------------------
+
+    def subscription_state(self, name: SubscriptionName) -> leases.LeaseState:
+        """The subscription's cursor and outstanding rows, as stored now."""
+        sub = self._subscription(name)
+        table = self.lake.open(self.lake.leases_uri(sub.uid))
+        return leases.LeaseState.from_arrow(table.to_pyarrow_table(), table.version())
+
+    def topic_head(self, name: TopicName) -> int:
+        """One past the newest offset published to the topic, as stored now."""
+        return MessagesTable(self.lake, self._topic_entry(name).uid).head()
+
+    def all_topics(self) -> list[Topic]:
+        return [_topic(e) for e in self._view(True).of_kind(cat.TOPIC)]
+
+    def all_subscriptions(self) -> list[Subscription]:
+        return [_subscription(e) for e in self._view(True).of_kind(cat.SUBSCRIPTION)]
+
     # -- lifecycle ---------------------------------------------------------------------
 
     def close(self) -> None:

@@ -238,6 +238,20 @@ class Planner:
         )
         return sorted(set(dropped)), old_frontier
 
+    def consume_to(self, end_offset: int) -> int:
+        """Acknowledge every message below ``end_offset`` (a batch consumer's commit).
+
+        Returns how many outstanding rows were acknowledged.
+        """
+        done = 0
+        for key in list(self.state.rows) + list(self.changed):
+            row = self.row(key)
+            if row is not None and row.kind == schemas.KIND_MESSAGE and row.offset < end_offset:
+                self.changed[key] = None
+                done += 1
+        self.advance(end_offset)
+        return done
+
     # -- claims ----------------------------------------------------------------------------
 
     def available(self) -> list[Row]:
@@ -296,7 +310,10 @@ class Planner:
     def dirty(self) -> bool:
         """Whether there is anything to commit (activity time alone is not worth one)."""
         before = replace(self.state.cursor, active_us=self.cursor.active_us)
-        return bool(self.changed) or before != self.cursor
+        stale = self.now_us - self.state.cursor.active_us > (
+            constants.ACTIVITY_RESOLUTION_S * constants.US_PER_S
+        )
+        return bool(self.changed) or before != self.cursor or stale
 
     def merge_source(self) -> pa.Table:
         """The MERGE source: one row per change with op ins/upd/del, plus the cursor."""

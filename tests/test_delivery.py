@@ -161,6 +161,7 @@ def test_truncate_drops_pending_and_delivers_event_first(
 
 
 def test_unacked_event_is_redelivered(engine: Engine, sub: SubscriptionName) -> None:
+    publish(engine, 1)
     engine.truncate(sub)
     (event,) = engine.pull(sub, max_messages=1)
     engine.nack(sub, [event.ack_id])
@@ -222,6 +223,11 @@ def test_exactly_once_rejects_stale_ack_ids(engine: Engine) -> None:
     assert engine.acknowledge(name, [second.ack_id]) == {
         second.ack_id: "PERMANENT_FAILURE_INVALID_ACK_ID"
     }, "a second successful ack is impossible"
+
+
+def test_truncating_nothing_queues_no_event(engine: Engine, sub: SubscriptionName) -> None:
+    engine.truncate(sub)
+    assert engine.pull(sub, max_messages=1, return_immediately=True) == []
 
 
 def test_commit_offset_acks_everything_below(engine: Engine, sub: SubscriptionName) -> None:

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction
@@ -191,8 +191,8 @@ def commit(plan: WritePlan, files: list[AddedFile]) -> None:
         raise
     actions: list[AddAction | RemoveAction] = [
         AddAction(
-            # Add-action paths are URIs (Delta protocol): escape the escapes.
-            path=quote(f.path, safe="/="),
+            # delta-rs URI-encodes the path into the log itself (Delta protocol).
+            path=f.path,
             size=f.size,
             partition_values=f.partition_values,
             modification_time=f.modification_time,
