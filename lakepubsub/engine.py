@@ -195,7 +195,7 @@ class Engine:
         if sub.dead_letter_policy is not None:
             self._topic_entry(sub.dead_letter_policy.dead_letter_topic)
         uid = uuid.uuid4().hex
-        now = _now_us()
+        now = self.settings.clock_us()
         sub = replace(sub, uid=uid, topic_uid=topic.uid, created_us=now)
         # The subscription point: the topic head as of now, read from storage.
         head = MessagesTable(self.lake, topic.uid).head()
