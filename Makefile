@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install run test lint fmt bench bench-quick chaos chaos-quick clean
+.PHONY: install run test lint fmt bench bench-quick chaos chaos-quick deploy-check clean
 
 install: $(STAMP)
 
@@ -37,6 +37,9 @@ bench: install
 
 bench-quick: install
 	$(BIN)/python -m bench.core --quick
+
+deploy-check:
+	terraform/check.sh
 
 clean:
 	rm -rf $(VENV) .lake .pytest_cache .mypy_cache .ruff_cache
