@@ -48,7 +48,12 @@ class DirectBackend:
     """Runs the same requests against the lake in this process, through the app."""
 
     def __init__(self, lake: str) -> None:
-        from fastapi.testclient import TestClient
+        import warnings
+
+        with warnings.catch_warnings():
+            # Starlette's test client warns about its httpx dependency; it works.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            from fastapi.testclient import TestClient
 
         from api.app import create_app
         from lakepubsub import Engine, Settings
