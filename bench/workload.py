@@ -140,7 +140,11 @@ def _publish_cases(messages_by_batch: dict[int, int]) -> tuple[PublishCase, ...]
 
 
 def full() -> Workload:
-    """The documented workload: minutes per peer on 2 cores."""
+    """The documented workload, three runs of each case.
+
+    About 6-9 minutes for the NATS side on 2 cores, over half of it the 1M
+    drain (each run publishes its own backlog first, untimed).
+    """
     return Workload(
         publish=_publish_cases(_FULL_PUBLISH_MESSAGES),
         pull=tuple(
