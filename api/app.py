@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 import lakepubsub
-from api import errors, models, subscriptions, topics
+from api import errors, models, snapshots, subscriptions, topics
 from api.deps import EngineDep, json_response
 from api.middleware import LimitBody, Metrics
 from lakepubsub import Engine, Settings
@@ -45,6 +45,7 @@ def create_app(engine: Engine | None = None) -> FastAPI:
     errors.install(app)
     app.include_router(topics.router)
     app.include_router(subscriptions.router)
+    app.include_router(snapshots.router)
     app.add_middleware(Metrics)
     app.add_middleware(LimitBody)
     _add_operational_routes(app)

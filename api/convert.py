@@ -12,6 +12,7 @@ from api import models as m
 from lakepubsub import errors
 from lakepubsub.messages import PublishMessage, ReceivedMessage, TruncationEvent
 from lakepubsub.names import SubscriptionName, TopicName
+from lakepubsub.snapshots import Snapshot
 from lakepubsub.subscriptions import (
     DEFAULT_DEAD_LETTER_ATTEMPTS,
     DEFAULT_MAX_BACKOFF_S,
@@ -44,6 +45,28 @@ def format_duration(seconds: float) -> str:
 def format_time_us(us: int) -> str:
     stamp = datetime.fromtimestamp(us // 1_000_000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
     return f"{stamp}.{us % 1_000_000:06d}Z"
+
+
+def parse_time_us(text: str, field: str) -> int:
+    """An RFC 3339 timestamp ("2026-01-02T03:04:05.123Z") in microseconds."""
+    try:
+        stamp = datetime.fromisoformat(text)
+    except (TypeError, ValueError) as exc:
+        raise errors.InvalidArgument(f"{field}: invalid RFC 3339 time {text!r}") from exc
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=UTC)
+    return int(stamp.timestamp() * 1_000_000)
+
+
+def snapshot_body(snapshot: Snapshot) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "name": snapshot.name.path,
+        "topic": snapshot.topic.path,
+        "expireTime": format_time_us(snapshot.expire_time_us),
+    }
+    if snapshot.labels:
+        body["labels"] = dict(snapshot.labels)
+    return body
 
 
 def decode_data(text: str | None, where: str) -> bytes:

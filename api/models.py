@@ -187,5 +187,37 @@ class TruncateResponse(Model):
     event: TruncationEventBody
 
 
+class SeekRequest(Model):
+    time: str | None = Field(default=None, description="RFC 3339 time to seek to")
+    snapshot: str | None = Field(default=None, description="projects/{p}/snapshots/{s}")
+
+
+class SnapshotBody(Model):
+    name: str = ""
+    topic: str = ""
+    expire_time: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class CreateSnapshotRequest(Model):
+    subscription: str
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class UpdateSnapshotRequest(Model):
+    snapshot: SnapshotBody
+    update_mask: str
+
+
+class ListSnapshotsResponse(Model):
+    snapshots: list[SnapshotBody] = Field(default_factory=list)
+    next_page_token: str | None = None
+
+
+class ListTopicSnapshotsResponse(Model):
+    snapshots: list[str] = Field(default_factory=list)
+    next_page_token: str | None = None
+
+
 class Empty(Model):
     pass

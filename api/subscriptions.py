@@ -13,7 +13,7 @@ from api import convert
 from api import models as m
 from api.deps import EngineDep, json_response
 from lakepubsub import errors
-from lakepubsub.names import SubscriptionName
+from lakepubsub.names import SnapshotName, SubscriptionName
 
 router = APIRouter(prefix="/v1/projects/{project}", tags=["subscriptions"])
 
@@ -170,3 +170,24 @@ async def truncate(project: str, subscription: str, engine: EngineDep) -> Respon
     future = await run_in_threadpool(engine.truncate_future, name)
     event = await asyncio.wrap_future(future)
     return json_response({"event": convert.event_body(event)})
+
+
+@router.post("/subscriptions/{subscription}:seek", response_model=m.Empty, name="seek")
+def seek(project: str, subscription: str, body: m.SeekRequest, engine: EngineDep) -> Response:
+    """Seek to a time (everything published before it acknowledged, everything after
+    not) or to a snapshot (the acknowledgment state it captured)."""
+    name = SubscriptionName(project, subscription)
+    if (body.time is None) == (body.snapshot is None):
+        raise errors.InvalidArgument("seek needs exactly one of 'time' and 'snapshot'")
+    if body.time is not None:
+        engine.seek_to_time(name, convert.parse_time_us(body.time, "time"))
+    else:
+        engine.seek_to_snapshot(name, SnapshotName.parse(body.snapshot or ""))
+    return json_response({})
+
+
+@router.post("/subscriptions/{subscription}:detach", response_model=m.Empty, name="detach")
+def detach(project: str, subscription: str, engine: EngineDep) -> Response:
+    """Drop what is pending; later pulls fail with FAILED_PRECONDITION."""
+    engine.detach_subscription(SubscriptionName(project, subscription))
+    return json_response({})

@@ -111,7 +111,10 @@ async def publish(project: str, topic: str, request: Request, engine: EngineDep)
     return json_response({"messageIds": ids})
 
 
-@router.get("/topics/{topic}/snapshots", name="list_topic_snapshots")
+@router.get(
+    "/topics/{topic}/snapshots",
+    response_model=m.ListTopicSnapshotsResponse,
+    name="list_topic_snapshots",
+)
 def list_topic_snapshots(project: str, topic: str, engine: EngineDep) -> Response:
-    engine.get_topic(TopicName(project, topic))
-    return json_response({"snapshots": []})
+    return json_response({"snapshots": engine.list_topic_snapshots(TopicName(project, topic))})

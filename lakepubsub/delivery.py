@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import orjson
 from deltalake import CommitProperties, DeltaTable
@@ -24,6 +24,7 @@ from deltalake import CommitProperties, DeltaTable
 from lakepubsub import errors, metrics, schemas
 from lakepubsub._lake import Lake, storage_errors
 from lakepubsub.ackids import AckId, subscription_tag
+from lakepubsub.filters import Filter
 from lakepubsub.leases import (
     Claim,
     LeaseState,
@@ -32,10 +33,17 @@ from lakepubsub.leases import (
     Row,
     op_counts,
 )
-from lakepubsub.messages import Message, ReceivedMessage, TruncationEvent, from_arrow
+from lakepubsub.messages import (
+    Message,
+    PublishMessage,
+    ReceivedMessage,
+    TruncationEvent,
+    from_arrow,
+)
+from lakepubsub.names import TopicName
 from lakepubsub.retry import optimistic
 from lakepubsub.settings import Settings
-from lakepubsub.subscriptions import Subscription
+from lakepubsub.subscriptions import Subscription, parse_subscription_filter
 from lakepubsub.topic_table import MessagesTable
 
 log = logging.getLogger(__name__)
@@ -72,7 +80,24 @@ class TruncateRequest:
     future: Future[TruncationEvent] = field(default_factory=Future)
 
 
+@dataclass
+class SeekRequest:
+    """Restart the subscription at ``frontier`` with ``rows`` outstanding (seek, snapshots)."""
+
+    frontier: int
+    rows: list[Row]
+    future: Future[None] = field(default_factory=Future)
+
+
+Request = PullRequest | AckRequest | TruncateRequest | SeekRequest
 SubscriptionLookup = Callable[[], Subscription | None]
+# Publishes dead-lettered messages to a topic; returns once they are committed.
+DeadLetterSink = Callable[[TopicName, list[PublishMessage]], None]
+
+# Per cycle: at most this many messages dead-lettered, and at most this many
+# offsets scanned past the frontier when a filter or ordering skips messages.
+MAX_DEAD_LETTERS_PER_CYCLE = 1_000
+MAX_SCAN_PER_CYCLE = 20_000
 
 
 class Dispatcher:
@@ -85,16 +110,22 @@ class Dispatcher:
         subscription: Subscription,
         lookup: SubscriptionLookup,
         on_exit: Callable[[Dispatcher], None],
+        dead_letter: DeadLetterSink,
     ) -> None:
         self.subscription = subscription
         self._lake = lake
         self._settings = settings
         self._lookup = lookup
         self._on_exit = on_exit
+        self._dead_letter = dead_letter
+        # Offsets already published to the dead-letter topic by a commit attempt
+        # that lost its race: the retry drops them without publishing again.
+        self._dead_lettered: set[int] = set()
+        self._filter: tuple[str, Filter] | None = None
         self._cond = threading.Condition()
         self._pulls: list[PullRequest] = []
         self._acks: list[AckRequest] = []
-        self._truncates: list[TruncateRequest] = []
+        self._truncates: list[TruncateRequest | SeekRequest] = []
         self._nudged = True
         self._stopped = False
         self._table: DeltaTable | None = None
@@ -107,7 +138,7 @@ class Dispatcher:
 
     # -- entry points --------------------------------------------------------------------
 
-    def submit(self, request: PullRequest | AckRequest | TruncateRequest) -> None:
+    def submit(self, request: Request) -> None:
         with self._cond:
             if self._stopped:
                 raise errors.Unavailable("subscription dispatcher stopped; retry")
@@ -129,7 +160,7 @@ class Dispatcher:
     def stop(self, reason: errors.LakePubSubError | None = None) -> None:
         with self._cond:
             self._stopped = True
-            pending: list[PullRequest | AckRequest | TruncateRequest] = [
+            pending: list[Request] = [
                 *self._pulls,
                 *self._acks,
                 *self._truncates,
@@ -196,7 +227,10 @@ class Dispatcher:
                 _settle(pull.future, [])
 
     def _cycle(
-        self, acks: list[AckRequest], truncates: list[TruncateRequest], pulls: list[PullRequest]
+        self,
+        acks: list[AckRequest],
+        truncates: list[TruncateRequest | SeekRequest],
+        pulls: list[PullRequest],
     ) -> None:
         current = self._lookup()
         if current is None or current.uid != self.subscription.uid:
@@ -225,7 +259,8 @@ class Dispatcher:
         for request, failures in zip(acks, ack_results, strict=True):
             _settle(request.future, failures)
         for truncate, event in zip(truncates, events, strict=True):
-            _settle(truncate.future, event)
+            _settle(cast("Future[Any]", truncate.future), event)
+        self._dead_lettered.clear()
         self._hand_out(deliveries)
 
     def _hand_out(self, deliveries: list[ReceivedMessage]) -> None:
@@ -258,8 +293,8 @@ class Dispatcher:
         return table, self._messages, self._state
 
     def _attempt(
-        self, acks: list[AckRequest], truncates: list[TruncateRequest], demand: int
-    ) -> tuple[list[dict[str, str]], list[TruncationEvent], list[ReceivedMessage]]:
+        self, acks: list[AckRequest], truncates: list[TruncateRequest | SeekRequest], demand: int
+    ) -> tuple[list[dict[str, str]], list[TruncationEvent | None], list[ReceivedMessage]]:
         table, messages, state = self._load()
         sub = self.subscription
         planner = Planner(state, _policy(sub), self._settings.clock_us())
@@ -269,7 +304,13 @@ class Dispatcher:
             else planner.modify_deadline(r.ack_ids, r.deadline_s)
             for r in acks
         ]
-        events = [self._truncate(planner, messages, r) for r in truncates]
+        events: list[TruncationEvent | None] = []
+        for request in truncates:
+            if isinstance(request, SeekRequest):
+                planner.reset(request.frontier, request.rows)
+                events.append(None)
+            else:
+                events.append(self._truncate(planner, messages, request))
         claims = self._claim(planner, messages, demand) if demand else []
         if planner.dirty:
             self._commit(table, planner)
@@ -291,10 +332,13 @@ class Dispatcher:
     def _claim(
         self, planner: Planner, messages: MessagesTable, demand: int
     ) -> list[tuple[Claim, Message | TruncationEvent]]:
-        claims: list[tuple[Claim, Message | TruncationEvent]] = []
-        ready = planner.available()[:demand]
-        wanted = [r.offset for r in ready if r.kind == schemas.KIND_MESSAGE]
+        ready = planner.available()
+        exhausted = [r for r in ready if planner.exhausted(r)][:MAX_DEAD_LETTERS_PER_CYCLE]
+        ready = [r for r in ready if not planner.exhausted(r)][:demand]
+        wanted = [r.offset for r in exhausted + ready if r.kind == schemas.KIND_MESSAGE]
         found = {m.offset: m for m in from_arrow(messages.read_offsets(wanted))}
+        self._move_to_dead_letter(planner, exhausted, found)
+        claims: list[tuple[Claim, Message | TruncationEvent]] = []
         for row in ready:
             if row.kind == schemas.KIND_EVENT:
                 event = TruncationEvent.from_json(orjson.loads(row.event or "{}"))
@@ -303,17 +347,84 @@ class Dispatcher:
                 claims.append((planner.lease(row), found[row.offset]))
             else:  # the message is gone (retention); nothing left to deliver
                 planner.drop(row.key)
+        self._claim_new(planner, messages, demand, claims)
+        return claims
+
+    def _claim_new(
+        self,
+        planner: Planner,
+        messages: MessagesTable,
+        demand: int,
+        claims: list[tuple[Claim, Message | TruncationEvent]],
+    ) -> None:
+        """Lease messages past the frontier: filtered out ones count as acknowledged,
+        ones behind a busy ordering key are held."""
         head = messages.head()
+        match = self._compiled_filter()
+        ordering = planner.policy.ordering
+        busy = planner.busy_keys() if ordering else set()
+        scanned = 0
         while len(claims) < demand and planner.cursor.frontier < head:
             start = planner.cursor.frontier
-            end = min(head, start + demand - len(claims))
-            for message in from_arrow(messages.read_range(start, end)):
-                row = Row(
-                    schemas.KIND_MESSAGE, message.offset, ordering_key=message.ordering_key or None
-                )
+            chunk = demand - len(claims) if match is None and not ordering else demand * 4
+            end = min(head, start + max(chunk, 1))
+            table = messages.read_range(start, end)
+            if match is not None and table.num_rows:
+                table = table.filter(match.mask(table["attributes"]))
+            for message in from_arrow(table):
+                key = message.ordering_key
+                if ordering and key and key in busy:
+                    planner.hold(message.offset, key)
+                    continue
+                busy.add(key)
+                row = Row(schemas.KIND_MESSAGE, message.offset, ordering_key=key or None)
                 claims.append((planner.lease(row), message))
+                if len(claims) == demand:
+                    end = message.offset + 1
+                    break
             planner.advance(end)
-        return claims
+            scanned += end - start
+            if scanned >= MAX_SCAN_PER_CYCLE:
+                break
+
+    def _compiled_filter(self) -> Filter | None:
+        text = self.subscription.filter
+        if not text:
+            return None
+        if self._filter is None or self._filter[0] != text:
+            self._filter = (text, parse_subscription_filter(text))
+        return None if self._filter[1].matches_all else self._filter[1]
+
+    def _move_to_dead_letter(
+        self, planner: Planner, rows: list[Row], found: dict[int, Message]
+    ) -> None:
+        """Publish exhausted messages to the dead-letter topic, then drop their rows.
+
+        The publish commits before the lease commit that drops the rows, so a crash
+        in between delivers the message again (and dead-letters it again): it can
+        be in both places briefly, never in neither.
+        """
+        policy = self.subscription.dead_letter_policy
+        if not rows or policy is None:
+            return
+        sub = self.subscription.name
+        batch = []
+        for row in rows:
+            message = found.get(row.offset)
+            if message is not None and row.offset not in self._dead_lettered:
+                attributes = {
+                    **message.attributes,
+                    "CloudPubSubDeadLetterSourceDeliveryCount": str(row.attempt),
+                    "CloudPubSubDeadLetterSourceSubscription": sub.id,
+                    "CloudPubSubDeadLetterSourceSubscriptionProject": sub.project,
+                    "CloudPubSubDeadLetterSourceTopicPublishTime": str(message.publish_time_us),
+                }
+                batch.append(PublishMessage(message.data, attributes, message.ordering_key))
+        if batch:
+            self._dead_letter(policy.dead_letter_topic, batch)
+        for row in rows:
+            self._dead_lettered.add(row.offset)
+            planner.drop(row.key)
 
     def _commit(self, table: DeltaTable, planner: Planner) -> None:
         source = planner.merge_source()
@@ -348,12 +459,15 @@ class Dispatcher:
 
 def _policy(sub: Subscription) -> Policy:
     retry = sub.retry_policy
+    dead_letter = sub.dead_letter_policy
     return Policy(
         tag=subscription_tag(sub.uid),
         ack_deadline_s=sub.ack_deadline_s,
         exactly_once=sub.enable_exactly_once_delivery,
         min_backoff_s=retry.minimum_backoff_s if retry else None,
         max_backoff_s=retry.maximum_backoff_s if retry else None,
+        ordering=sub.enable_message_ordering,
+        max_delivery_attempts=dead_letter.max_delivery_attempts if dead_letter else None,
     )
 
 

@@ -23,11 +23,20 @@ from lakepubsub import catalog as cat
 from lakepubsub import constants, errors, leases, schemas
 from lakepubsub._lake import Lake
 from lakepubsub.ackids import parse_all
-from lakepubsub.delivery import AckRequest, Dispatcher, PullRequest, TruncateRequest
+from lakepubsub.delivery import (
+    AckRequest,
+    Dispatcher,
+    PullRequest,
+    Request,
+    SeekRequest,
+    TruncateRequest,
+)
+from lakepubsub.labels import validate_labels
 from lakepubsub.messages import PublishMessage, ReceivedMessage, TruncationEvent, validate_batch
-from lakepubsub.names import SubscriptionName, TopicName, validate_project
+from lakepubsub.names import SnapshotName, SubscriptionName, TopicName, validate_project
 from lakepubsub.publisher import TopicPublisher
 from lakepubsub.settings import Settings
+from lakepubsub.snapshots import SNAPSHOT_LIFETIME_US, Snapshot
 from lakepubsub.subscriptions import Subscription
 from lakepubsub.topic_table import MessagesTable
 from lakepubsub.topics import Topic
@@ -163,6 +172,12 @@ class Engine:
     def publish(self, name: TopicName, messages: Sequence[PublishMessage]) -> list[str]:
         return self.publish_future(name, messages).result()
 
+    def _publish_unchecked(self, name: TopicName, messages: list[PublishMessage]) -> None:
+        """Publish system-made messages (dead letters): no client limits, wait for the commit."""
+        entry = self._topic_entry(name, fresh=False)
+        size = sum(m.size for m in messages)
+        self._publisher(entry.uid).submit(messages, size).result()
+
     def _publisher(self, topic_uid: str) -> TopicPublisher:
         with self._lock:
             if self._closed:
@@ -292,6 +307,7 @@ class Engine:
                     sub,
                     lookup=lambda: self._lookup_uid(sub.name, sub.uid),
                     on_exit=self._dispatcher_exited,
+                    dead_letter=self._publish_unchecked,
                 )
                 self._dispatchers[sub.uid] = dispatcher
             return dispatcher
@@ -305,9 +321,7 @@ class Engine:
             if self._dispatchers.get(dispatcher.subscription.uid) is dispatcher:
                 del self._dispatchers[dispatcher.subscription.uid]
 
-    def _submit(
-        self, name: SubscriptionName, make: Callable[[], PullRequest | AckRequest | TruncateRequest]
-    ) -> Future[Any]:
+    def _submit(self, name: SubscriptionName, make: Callable[[], Request]) -> Future[Any]:
         for _ in range(3):
             request = make()
             try:
@@ -396,6 +410,133 @@ class Engine:
         and track their own position.
         """
         self._submit(name, lambda: TruncateRequest(end_offset, "commit", silent=True)).result()
+
+    def detach_subscription(self, name: SubscriptionName) -> None:
+        """Detach: drop what is pending; pulls then fail with FAILED_PRECONDITION."""
+        sub = self._subscription(name)
+        self.commit_offset(name, self.topic_head(sub.topic))
+
+        def change(view: cat.View) -> tuple[cat.Changes, None]:
+            entry = view.get(cat.SUBSCRIPTION, name.project, name.id)
+            if entry is None or entry.uid != sub.uid:
+                raise errors.NotFound(f"Subscription does not exist: {name}")
+            detached = replace(_subscription(entry), detached=True)
+            return cat.Changes(put=[replace(entry, spec=detached.spec())]), None
+
+        self.catalog.transact(change)
+
+    def seek_to_time(self, name: SubscriptionName, time_us: int) -> None:
+        """Mark everything published before ``time_us`` acknowledged and everything
+        from then on unacknowledged (as far as the topic still holds it)."""
+        sub = self._subscription(name)
+        offset = MessagesTable(self.lake, sub.topic_uid).first_offset_at(time_us)
+        self._submit(name, lambda: SeekRequest(offset, [])).result()
+
+    # -- snapshots -----------------------------------------------------------------------
+
+    def create_snapshot(
+        self,
+        name: SnapshotName,
+        subscription: SubscriptionName,
+        *,
+        labels: dict[str, str] | None = None,
+    ) -> Snapshot:
+        """Capture a subscription's acknowledgment state, to seek back to later."""
+        validate_labels(labels or {})
+        sub = self._subscription(subscription)
+        state = self.subscription_state(subscription)
+        uid = uuid.uuid4().hex
+        now = _now_us()
+        messages = MessagesTable(self.lake, sub.topic_uid)
+        oldest_us = messages.publish_time_us(state.floor()) or now
+        snapshot = Snapshot(
+            name,
+            sub.topic,
+            uid,
+            labels or {},
+            oldest_us + SNAPSHOT_LIFETIME_US,
+            state.cursor.frontier,
+        )
+        rows = [r for r in state.rows.values() if r.kind == schemas.KIND_MESSAGE]
+        self.lake.create_with(
+            self.lake.snapshot_uri(uid),
+            leases.to_arrow(rows, replace(state.cursor, next_delivery=1)),
+            configuration=schemas.LEASES_PROPERTIES,
+        )
+        entry = cat.Entry(
+            cat.SNAPSHOT, name.project, name.id, uid, sub.topic_uid, now, now, snapshot.spec()
+        )
+
+        def change(view: cat.View) -> tuple[cat.Changes, None]:
+            if view.get(*entry.key) is not None:
+                raise errors.AlreadyExists(f"Snapshot already exists: {name}")
+            if view.get(cat.TOPIC, sub.topic.project, sub.topic.id) is None:
+                raise errors.NotFound(f"Topic not found: {sub.topic}")
+            return cat.Changes(put=[entry]), None
+
+        try:
+            self.catalog.transact(change)
+        except errors.LakePubSubError:
+            self.lake.remove_tree("snapshots", uid)
+            raise
+        return snapshot
+
+    def get_snapshot(self, name: SnapshotName) -> Snapshot:
+        entry = self._view(True).get(cat.SNAPSHOT, name.project, name.id)
+        if entry is None:
+            raise errors.NotFound(f"Snapshot does not exist: {name}")
+        return Snapshot.from_entry(entry)
+
+    def list_snapshots(
+        self, project: str, *, page_size: int = 0, page_token: str = ""
+    ) -> tuple[list[Snapshot], str]:
+        validate_project(project)
+        page, token = _page(self._view(True).of_kind(cat.SNAPSHOT, project), page_size, page_token)
+        return [Snapshot.from_entry(e) for e in page], token
+
+    def list_topic_snapshots(self, name: TopicName) -> list[str]:
+        entry = self._topic_entry(name)
+        return [
+            SnapshotName(e.project, e.name).path
+            for e in self._view(True).attached_to(entry.uid)
+            if e.kind == cat.SNAPSHOT
+        ]
+
+    def update_snapshot(self, name: SnapshotName, labels: dict[str, str]) -> Snapshot:
+        validate_labels(labels)
+
+        def change(view: cat.View) -> tuple[cat.Changes, Snapshot]:
+            entry = view.get(cat.SNAPSHOT, name.project, name.id)
+            if entry is None:
+                raise errors.NotFound(f"Snapshot does not exist: {name}")
+            snapshot = replace(Snapshot.from_entry(entry), labels=labels)
+            return cat.Changes(put=[replace(entry, spec=snapshot.spec())]), snapshot
+
+        return self.catalog.transact(change)
+
+    def delete_snapshot(self, name: SnapshotName) -> None:
+        def change(view: cat.View) -> tuple[cat.Changes, cat.Entry]:
+            entry = view.get(cat.SNAPSHOT, name.project, name.id)
+            if entry is None:
+                raise errors.NotFound(f"Snapshot does not exist: {name}")
+            return cat.Changes(delete=[entry.key]), entry
+
+        self._forget(self.catalog.transact(change))
+
+    def seek_to_snapshot(self, name: SubscriptionName, snapshot: SnapshotName) -> None:
+        """Restore the acknowledgment state a snapshot captured."""
+        sub = self._subscription(name)
+        entry = self._view(True).get(cat.SNAPSHOT, snapshot.project, snapshot.id)
+        if entry is None:
+            raise errors.NotFound(f"Snapshot does not exist: {snapshot}")
+        if entry.topic_uid != sub.topic_uid:
+            raise errors.FailedPrecondition(
+                f"Snapshot {snapshot} is of another topic than subscription {name}"
+            )
+        table = self.lake.open(self.lake.snapshot_uri(entry.uid))
+        saved = leases.LeaseState.from_arrow(table.to_pyarrow_table(), table.version())
+        rows = list(saved.rows.values())
+        self._submit(name, lambda: SeekRequest(saved.cursor.frontier, rows)).result()
 
     # -- state for jobs and operators ---------------------------------------------------
 

@@ -142,6 +142,8 @@ class Policy:
     exactly_once: bool = False
     min_backoff_s: float | None = None
     max_backoff_s: float | None = None
+    ordering: bool = False
+    max_delivery_attempts: int | None = None  # dead-letter after this many
 
     def backoff_us(self, attempt: int) -> int:
         if self.min_backoff_s is None or self.max_backoff_s is None:
@@ -254,18 +256,63 @@ class Planner:
 
     # -- claims ----------------------------------------------------------------------------
 
+    def _rows(self) -> dict[Key, Row]:
+        """The rows as they stand with this plan's changes applied."""
+        rows = dict(self.state.rows)
+        for key, new in self.changed.items():
+            if new is None:
+                rows.pop(key, None)
+            else:
+                rows[key] = new
+        return rows
+
     def available(self) -> list[Row]:
-        """Rows that may be delivered now: events first, then messages by offset."""
-        rows = {**self.state.rows, **{k: v for k, v in self.changed.items() if v is not None}}
-        ready = [
-            r
-            for k, r in rows.items()
-            if self.changed.get(k, r) is not None
-            and r.state in (LEASED, WAITING)
-            and self._available_at(r) <= self.now_us
-        ]
+        """Rows that may be delivered now: events first, then messages by offset.
+
+        With ordering, only the oldest outstanding message of each ordering key
+        may go out, and only when no earlier delivery of it is live.
+        """
+        rows = self._rows()
+        heads = _key_heads(rows.values()) if self.policy.ordering else {}
+        ready = []
+        for r in rows.values():
+            if r.ordering_key and r.ordering_key in heads:
+                if heads[r.ordering_key] is not r:
+                    continue
+                if r.state == HELD:
+                    ready.append(r)
+                    continue
+            if r.state in (LEASED, WAITING) and self._available_at(r) <= self.now_us:
+                ready.append(r)
         ready.sort(key=lambda r: (r.kind != schemas.KIND_EVENT, r.offset))
         return ready
+
+    def busy_keys(self) -> set[str]:
+        """Ordering keys with a message outstanding: their new messages must wait."""
+        return {
+            r.ordering_key
+            for r in self._rows().values()
+            if r.kind == schemas.KIND_MESSAGE and r.ordering_key
+        }
+
+    def hold(self, offset: int, ordering_key: str) -> None:
+        """Record a new message that waits behind an earlier one of its ordering key."""
+        key = (schemas.KIND_MESSAGE, offset)
+        self.changed[key] = Row(schemas.KIND_MESSAGE, offset, state=HELD, ordering_key=ordering_key)
+
+    def exhausted(self, row: Row) -> bool:
+        """Whether ``row`` used up its delivery attempts (dead-letter policy)."""
+        limit = self.policy.max_delivery_attempts
+        return limit is not None and row.kind == schemas.KIND_MESSAGE and row.attempt >= limit
+
+    def reset(self, frontier: int, rows: list[Row]) -> None:
+        """Seek: forget every outstanding message, restart at ``frontier`` with ``rows``."""
+        for key in list(self.state.rows) + list(self.changed):
+            if key[0] == schemas.KIND_MESSAGE:
+                self.drop(key)
+        for row in rows:
+            self.changed[row.key] = replace(row, delivery_id=0, state=WAITING, deadline_us=0)
+        self.cursor.frontier = frontier
 
     def _available_at(self, row: Row) -> int:
         if row.state == LEASED:  # an expired lease counts as a failed attempt
@@ -302,7 +349,7 @@ class Planner:
             self.changed[key] = None
 
     def advance(self, frontier: int) -> None:
-        self.cursor = replace(self.cursor, frontier=max(self.cursor.frontier, frontier))
+        self.cursor.frontier = max(self.cursor.frontier, frontier)
 
     # -- results ---------------------------------------------------------------------------
 
@@ -331,13 +378,18 @@ class Planner:
         return to_arrow(rows, self.cursor, [*ops, "upd"])
 
     def result_state(self, version: int) -> LeaseState:
-        rows = dict(self.state.rows)
-        for key, new in self.changed.items():
-            if new is None:
-                rows.pop(key, None)
-            else:
-                rows[key] = new
-        return LeaseState(version, self.cursor, rows)
+        return LeaseState(version, self.cursor, self._rows())
+
+
+def _key_heads(rows: Iterable[Row]) -> dict[str, Row]:
+    """The oldest outstanding message of every ordering key."""
+    heads: dict[str, Row] = {}
+    for r in rows:
+        if r.kind == schemas.KIND_MESSAGE and r.ordering_key:
+            head = heads.get(r.ordering_key)
+            if head is None or r.offset < head.offset:
+                heads[r.ordering_key] = r
+    return heads
 
 
 def op_counts(source: pa.Table) -> Mapping[str, int]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lakepubsub import constants, errors
+from lakepubsub.filters import Filter, parse_filter, parse_label_query
 from lakepubsub.labels import validate_labels
 from lakepubsub.names import SubscriptionName, TopicName
 
@@ -21,6 +22,17 @@ DEFAULT_MAX_BACKOFF_S = 600.0
 MIN_EXPIRATION_TTL_S = 24 * 3600
 DEFAULT_EXPIRATION_TTL_S = 31 * 24 * 3600
 MAX_SUBSCRIPTION_RETENTION_S = 7 * 24 * 3600
+
+
+def parse_subscription_filter(text: str) -> Filter:
+    """Pub/Sub's filter language, or else the early design's label query (seed 000)."""
+    try:
+        return parse_filter(text)
+    except errors.InvalidArgument as filter_error:
+        try:
+            return parse_label_query(text)
+        except errors.InvalidArgument:
+            raise filter_error from None
 
 
 @dataclass(frozen=True)
@@ -135,6 +147,7 @@ class Subscription:
             )
         if len(self.filter.encode()) > MAX_FILTER_BYTES:
             raise errors.InvalidArgument(f"filter must be at most {MAX_FILTER_BYTES} bytes")
+        parse_subscription_filter(self.filter)
         if self.expiration_ttl_s is not None and self.expiration_ttl_s < MIN_EXPIRATION_TTL_S:
             raise errors.InvalidArgument("expirationPolicy.ttl must be at least 1 day")
         if self.expiration_ttl_s is not None and self.expiration_ttl_s < self.message_retention_s:

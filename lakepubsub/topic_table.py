@@ -66,9 +66,9 @@ class MessagesTable:
         with storage_errors(self.uri):
             actions = pa.table(self._table.get_add_actions(flatten=True))
         if actions.num_rows:
-            index = actions.select(["path", "min.offset", "max.offset"]).rename_columns(
-                ["path", "lo", "hi"]
-            )
+            index = actions.select(
+                ["path", "min.offset", "max.offset", "max.publish_time"]
+            ).rename_columns(["path", "lo", "hi", "latest"])
             self._index = index.sort_by("lo")
             self._head = int(pc.max(index["hi"]).as_py()) + 1
         else:
@@ -112,6 +112,29 @@ class MessagesTable:
                 )
             table = dataset.to_table(filter=expression)
         return table.sort_by("offset")
+
+    def first_offset_at(self, time_us: int) -> int:
+        """The first offset published at or after ``time_us`` (the head if none),
+        but never below the oldest offset the table still holds."""
+        self._ensure_index()
+        if self._index.num_rows == 0:
+            return self._head
+        oldest = int(pc.min(self._index["lo"]).as_py())
+        when = pa.scalar(time_us, pa.int64()).cast(schemas.UTC_US)
+        # Files whose newest message is older than the time cannot hold the answer.
+        later = self._index.filter(pc.greater_equal(self._index["latest"], when))
+        for lo, hi in zip(later["lo"].to_pylist(), later["hi"].to_pylist(), strict=True):
+            rows = self._read(lo, hi + 1, pc.field("publish_time") >= when)
+            if rows.num_rows:
+                return max(oldest, int(pc.min(rows["offset"]).as_py()))
+        return self._head
+
+    def publish_time_us(self, offset: int) -> int | None:
+        """When the message at ``offset`` was published, if the table still holds it."""
+        rows = self.read_offsets([offset])
+        if rows.num_rows == 0:
+            return None
+        return int(rows["publish_time"].cast(pa.int64())[0].as_py())
 
     def append(self, batch: pa.Table, *, app_id: str, txn_version: int) -> int:
         """Commit ``batch`` iff the table is still at the loaded version.
