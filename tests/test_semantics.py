@@ -3,6 +3,7 @@ seek, snapshots, detach."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -40,10 +41,8 @@ def offsets(received: list[ReceivedMessage]) -> list[int]:
 
 
 def make(engine: Engine, name: str, **kwargs: object) -> SubscriptionName:
-    try:
+    with contextlib.suppress(errors.AlreadyExists):
         engine.create_topic(Topic(TOPIC))
-    except errors.AlreadyExists:
-        pass
     sub = SubscriptionName("proj", name)
     engine.create_subscription(Subscription(sub, TOPIC, **kwargs))  # type: ignore[arg-type]
     return sub
