@@ -97,7 +97,9 @@ def test_google_api_python_client(server) -> None:  # type: ignore[no-untyped-de
         .topics()
         .publish(
             topic=topic,
-            body={"messages": [{"data": base64.b64encode(b"hi").decode(), "attributes": {"a": "b"}}]},
+            body={
+                "messages": [{"data": base64.b64encode(b"hi").decode(), "attributes": {"a": "b"}}]
+            },
         )
         .execute()
     )
