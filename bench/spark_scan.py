@@ -1,0 +1,209 @@
+"""Spark SQL over a messages table: the lakedelta read paths against plain ``spark.read.parquet``.
+
+    python -m bench.spark_scan [--rows N] [--files N] [--runs N] [--quick]
+
+Builds a messages table in a temp dir with delta-rs (``--rows`` messages of
+1 KiB incompressible data in ``--files`` commits, one file each), then times
+two queries on a temporary view over each read path:
+
+- ``group by``: ``SELECT attributes['k'], count(*), sum(size) ... GROUP BY 1``
+- ``count``: ``SELECT count(*) ...``
+
+Paths: (a) ``spark.read.parquet`` on the table directory, the baseline;
+(b) the ``lakedelta`` Python data source; (c) ``read_table`` in auto mode (on
+a local path: Spark's parquet reader on the file list of the version pinned by
+delta-rs). Each figure is the median of ``--runs`` timed runs after one
+warm-up, in seconds, with min-max and the ratio to the baseline. The time to
+pin the version and create each view is reported separately. Writes
+bench/results/spark_scan.md (or spark_scan-quick.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+from pyspark.sql import DataFrame, SparkSession
+
+from lakepubsub.schemas import MESSAGES
+from lakepubsub.spark import SOURCE_NAME, create_view, local_session
+
+RESULTS = Path(__file__).parent / "results"
+DATA_BYTES = 1024
+# Distinct values of the grouped attribute: a small, realistic group count.
+ATTRIBUTE_VALUES = 16
+FULL_ROWS = 1_000_000
+FULL_FILES = 100
+QUICK_ROWS = 50_000
+QUICK_FILES = 10
+DEFAULT_RUNS = 3
+
+QUERIES = {
+    "group by": "SELECT attributes['k'] AS k, count(*) AS n, sum(size) AS bytes"
+    " FROM {view} GROUP BY 1 ORDER BY 1",
+    "count": "SELECT count(*) AS n FROM {view}",
+}
+
+
+@dataclass(frozen=True)
+class Timing:
+    median_s: float
+    min_s: float
+    max_s: float
+
+
+def build_table(path: str, rows: int, files: int) -> None:
+    """``rows`` messages in ``files`` appends; random data so parquet cannot shrink it."""
+    per_file = rows // files
+    for i in range(files):
+        first = i * per_file
+        count = per_file if i < files - 1 else rows - first
+        offsets = list(range(first, first + count))
+        batch = pa.table(
+            {
+                "offset": offsets,
+                "message_id": [f"m{o:09d}" for o in offsets],
+                "publish_time": pa.array(
+                    [1_700_000_000_000_000 + o * 1_000 for o in offsets], pa.int64()
+                ).cast(pa.timestamp("us", tz="UTC")),
+                "data": [os.urandom(DATA_BYTES) for _ in offsets],
+                "attributes": [[("k", f"v{o % ATTRIBUTE_VALUES}")] for o in offsets],
+                "ordering_key": [None] * count,
+                "size": [DATA_BYTES] * count,
+            },
+            schema=MESSAGES,
+        )
+        write_deltalake(path, batch, mode="append")
+    DeltaTable(path).create_checkpoint()
+
+
+def interleaved(actions: Mapping[str, Callable[[], object]], runs: int) -> dict[str, Timing]:
+    """Time every action ``runs`` times, round-robin after one warm-up round.
+
+    Round-robin spreads load from anything else on the machine over all
+    paths alike, instead of charging it to whichever path ran during it.
+    """
+    for action in actions.values():
+        action()  # warm-up: Python workers, JIT, page cache
+    samples: dict[str, list[float]] = {name: [] for name in actions}
+    for _ in range(runs):
+        for name, action in actions.items():
+            start = time.perf_counter()
+            action()
+            samples[name].append(time.perf_counter() - start)
+    return {name: Timing(statistics.median(s), min(s), max(s)) for name, s in samples.items()}
+
+
+def views(spark: SparkSession, path: str) -> dict[str, Callable[[], DataFrame]]:
+    """Each read path as a function that creates its view (timed as the pin cost)."""
+
+    def parquet() -> DataFrame:
+        frame = spark.read.parquet(path)
+        frame.createOrReplaceTempView("v_parquet")
+        return frame
+
+    def python_source() -> DataFrame:
+        frame = spark.read.format(SOURCE_NAME).load(path)
+        frame.createOrReplaceTempView("v_python")
+        return frame
+
+    def auto() -> DataFrame:
+        return create_view(spark, "v_auto", path)
+
+    return {
+        "(a) spark.read.parquet": parquet,
+        "(b) lakedelta Python data source": python_source,
+        "(c) read_table auto": auto,
+    }
+
+
+def run(rows: int, files: int, runs: int, quick: bool) -> str:
+    load = os.getloadavg()[0]
+    spark = local_session("bench-spark-scan", "local[*]", shuffle_partitions=2)
+    lines = []
+    with tempfile.TemporaryDirectory(prefix="spark-scan-") as tmp:
+        path = os.path.join(tmp, "messages")
+        start = time.perf_counter()
+        build_table(path, rows, files)
+        build_s = time.perf_counter() - start
+        print(f"built {rows:,} rows in {files} files in {build_s:.1f} s", file=sys.stderr)
+        view_names = {
+            "(a) spark.read.parquet": "v_parquet",
+            "(b) lakedelta Python data source": "v_python",
+            "(c) read_table auto": "v_auto",
+        }
+        pins = interleaved(views(spark, path), runs)
+        results: dict[tuple[str, str], Timing] = {}
+        for query, sql in QUERIES.items():
+            texts = {label: sql.format(view=view) for label, view in view_names.items()}
+            answers = {repr(spark.sql(text).collect()) for text in texts.values()}
+            if len(answers) != 1:
+                raise SystemExit(f"paths disagree on {query!r}: {answers}")
+            actions = {
+                label: (lambda text=text: spark.sql(text).collect())
+                for label, text in texts.items()
+            }
+            for label, timing in interleaved(actions, runs).items():
+                results[(label, query)] = timing
+                print(f"{label:34} {query:9} {timing.median_s:7.3f} s", file=sys.stderr)
+        baseline = "(a) spark.read.parquet"
+        title = "Spark SQL scan benchmark" + (" (quick)" if quick else "")
+        lines += [
+            f"# {title}",
+            "",
+            f"Machine: {os.cpu_count()} cores, {platform.machine()}, Python"
+            f" {platform.python_version()}, Spark {spark.version}, local[*]; table: {rows:,}"
+            f" messages of {DATA_BYTES} B random data in {files} files (delta-rs); median of"
+            f" {runs} runs after a warm-up, paths interleaved, seconds [min-max]; ratio to (a)."
+            f" Load average before the run: {load:.1f}.",
+            "",
+            "| path | " + " | ".join(QUERIES) + " | view creation |",
+            "|---|" + "---|" * (len(QUERIES) + 1),
+        ]
+        for label in view_names:
+            cells = []
+            for query in QUERIES:
+                t = results[(label, query)]
+                ratio = t.median_s / results[(baseline, query)].median_s
+                cells.append(f"{t.median_s:.3f} [{t.min_s:.3f}-{t.max_s:.3f}] ({ratio:.2f}x)")
+            cells.append(f"{pins[label].median_s:.3f}")
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        lines += [
+            "",
+            "All paths returned the same answers. (c) pins the version with delta-rs and hands"
+            " Spark's parquet reader the version's file list, so Spark prunes columns; (b)"
+            " cannot (PySpark 4.2's Python data source API has no column pruning) and ships"
+            " every column through Arrow to the JVM.",
+        ]
+    spark.stop()
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else "")
+    parser.add_argument("--rows", type=int, default=0, help="messages in the table")
+    parser.add_argument("--files", type=int, default=0, help="data files (one per commit)")
+    parser.add_argument("--runs", type=int, default=DEFAULT_RUNS, help="timed runs per figure")
+    parser.add_argument("--quick", action="store_true", help="small table, for CI (< 1 min)")
+    args = parser.parse_args()
+    rows = args.rows or (QUICK_ROWS if args.quick else FULL_ROWS)
+    files = args.files or (QUICK_FILES if args.quick else FULL_FILES)
+    report = run(rows, files, max(1, args.runs), args.quick)
+    RESULTS.mkdir(exist_ok=True)
+    name = "spark_scan-quick.md" if args.quick else "spark_scan.md"
+    (RESULTS / name).write_text(report)
+    print(report)
+
+
+if __name__ == "__main__":
+    main()
