@@ -86,7 +86,7 @@ def _submit_publish(engine: Engine, name: TopicName, raw: bytes) -> Any:
         decoded = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise errors.InvalidArgument(f"Invalid JSON payload: {exc}") from exc
-    return engine.publish_future(name, convert.publish_messages(decoded))
+    return engine.publish_batch_future(name, convert.publish_batch(decoded))
 
 
 @router.post(

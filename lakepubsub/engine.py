@@ -23,6 +23,7 @@ from lakepubsub import catalog as cat
 from lakepubsub import constants, errors, leases, schemas
 from lakepubsub._lake import Lake
 from lakepubsub.ackids import parse_all
+from lakepubsub.batches import Batch, build, from_messages
 from lakepubsub.delivery import (
     AckRequest,
     Dispatcher,
@@ -32,7 +33,7 @@ from lakepubsub.delivery import (
     TruncateRequest,
 )
 from lakepubsub.labels import validate_labels
-from lakepubsub.messages import PublishMessage, ReceivedMessage, TruncationEvent, validate_batch
+from lakepubsub.messages import PublishMessage, ReceivedMessage, TruncationEvent
 from lakepubsub.names import SnapshotName, SubscriptionName, TopicName, validate_project
 from lakepubsub.publisher import TopicPublisher
 from lakepubsub.settings import Settings
@@ -165,9 +166,12 @@ class Engine:
         On an error the messages may or may not have been stored (at-least-once:
         a retry can duplicate them, it cannot lose them).
         """
-        size = validate_batch(messages)
+        return self.publish_batch_future(name, from_messages(messages))
+
+    def publish_batch_future(self, name: TopicName, batch: Batch) -> Future[list[str]]:
+        """As ``publish_future``, for a batch already built and checked (``batches``)."""
         entry = self._topic_entry(name, fresh=False)
-        return self._publisher(entry.uid).submit(messages, size)
+        return self._publisher(entry.uid).submit(batch)
 
     def publish(self, name: TopicName, messages: Sequence[PublishMessage]) -> list[str]:
         return self.publish_future(name, messages).result()
@@ -175,8 +179,12 @@ class Engine:
     def _publish_unchecked(self, name: TopicName, messages: list[PublishMessage]) -> None:
         """Publish system-made messages (dead letters): no client limits, wait for the commit."""
         entry = self._topic_entry(name, fresh=False)
-        size = sum(m.size for m in messages)
-        self._publisher(entry.uid).submit(messages, size).result()
+        batch = build(
+            [m.data for m in messages],
+            [list(m.attributes.items()) or None for m in messages],
+            [m.ordering_key or None for m in messages],
+        )
+        self._publisher(entry.uid).submit(batch).result()
 
     def _publisher(self, topic_uid: str) -> TopicPublisher:
         with self._lock:

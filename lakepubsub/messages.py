@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-
-from lakepubsub import constants, errors, schemas
 
 
 @dataclass(frozen=True)
@@ -75,75 +73,6 @@ class ReceivedMessage:
     delivery_attempt: int
     message: Message | None = None
     event: TruncationEvent | None = None
-
-
-def validate_batch(messages: Sequence[PublishMessage]) -> int:
-    """Check a publish request against Pub/Sub's limits; return its size in bytes."""
-    if not messages:
-        raise errors.InvalidArgument("The request contains no messages")
-    if len(messages) > constants.MAX_MESSAGES_PER_PUBLISH:
-        raise errors.InvalidArgument(
-            f"The request contains {len(messages)} messages; the limit is "
-            f"{constants.MAX_MESSAGES_PER_PUBLISH}"
-        )
-    total = 0
-    for index, message in enumerate(messages):
-        _validate_message(index, message)
-        total += message.size
-    if total > constants.MAX_PUBLISH_REQUEST_BYTES:
-        raise errors.InvalidArgument(
-            f"The request is {total} bytes; the limit is {constants.MAX_PUBLISH_REQUEST_BYTES}"
-        )
-    return total
-
-
-def _validate_message(index: int, message: PublishMessage) -> None:
-    where = f"messages[{index}]"
-    if not message.data and not message.attributes:
-        raise errors.InvalidArgument(f"{where}: a message needs non-empty data or an attribute")
-    if len(message.attributes) > constants.MAX_ATTRIBUTES_PER_MESSAGE:
-        raise errors.InvalidArgument(
-            f"{where}: {len(message.attributes)} attributes; the limit is "
-            f"{constants.MAX_ATTRIBUTES_PER_MESSAGE}"
-        )
-    for key, value in message.attributes.items():
-        if not key:
-            raise errors.InvalidArgument(f"{where}: attribute keys must not be empty")
-        if key.startswith("goog"):
-            raise errors.InvalidArgument(f"{where}: attribute key {key!r} is reserved ('goog')")
-        if len(key.encode()) > constants.MAX_ATTRIBUTE_KEY_BYTES:
-            raise errors.InvalidArgument(
-                f"{where}: attribute key of {len(key.encode())} bytes; the limit is "
-                f"{constants.MAX_ATTRIBUTE_KEY_BYTES}"
-            )
-        if len(value.encode()) > constants.MAX_ATTRIBUTE_VALUE_BYTES:
-            raise errors.InvalidArgument(
-                f"{where}: value of attribute {key!r} is {len(value.encode())} bytes; "
-                f"the limit is {constants.MAX_ATTRIBUTE_VALUE_BYTES}"
-            )
-    if len(message.ordering_key.encode()) > constants.MAX_ORDERING_KEY_BYTES:
-        raise errors.InvalidArgument(
-            f"{where}: ordering key of {len(message.ordering_key.encode())} bytes; "
-            f"the limit is {constants.MAX_ORDERING_KEY_BYTES}"
-        )
-
-
-def to_arrow(messages: Sequence[PublishMessage]) -> pa.Table:
-    """The caller-side part of a messages-table batch: everything but offsets and time.
-
-    Built in the publishing thread so the committer only numbers and concatenates.
-    """
-    return pa.table(
-        {
-            "data": pa.array([m.data for m in messages], pa.binary()),
-            "attributes": pa.array(
-                [list(m.attributes.items()) if m.attributes else None for m in messages],
-                schemas.ATTRIBUTES,
-            ),
-            "ordering_key": pa.array([m.ordering_key or None for m in messages], pa.string()),
-            "size": pa.array([m.size for m in messages], pa.int64()),
-        }
-    )
 
 
 def from_arrow(table: pa.Table) -> list[Message]:

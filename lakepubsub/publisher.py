@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -22,7 +22,7 @@ from deltalake.exceptions import CommitFailedError
 
 from lakepubsub import constants, errors, metrics, retry, schemas
 from lakepubsub._lake import Lake
-from lakepubsub.messages import PublishMessage, to_arrow
+from lakepubsub.batches import Batch
 from lakepubsub.settings import Settings
 from lakepubsub.topic_table import MessagesTable
 
@@ -60,9 +60,9 @@ class TopicPublisher:
         self._table: MessagesTable | None = None
         self._thread: threading.Thread | None = None
 
-    def submit(self, messages: Sequence[PublishMessage], size: int) -> Future[list[str]]:
-        """Queue a validated batch; the future resolves to its message ids once committed."""
-        request = _Request(to_arrow(messages), size, Future())
+    def submit(self, batch: Batch) -> Future[list[str]]:
+        """Queue a checked batch; the future resolves to its message ids once committed."""
+        request = _Request(batch.columns, batch.size, Future())
         with self._cond:
             if self._closed:
                 raise errors.Unavailable("the publisher is shutting down")
