@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import binascii
 import re
 from datetime import UTC, datetime
@@ -43,7 +44,9 @@ def format_duration(seconds: float) -> str:
     return f"{int(seconds)}s" if float(seconds).is_integer() else f"{seconds:.9f}".rstrip("0") + "s"
 
 
+@functools.lru_cache(maxsize=4096)
 def format_time_us(us: int) -> str:
+    # Cached: every message of one publish commit has the same publish time.
     stamp = datetime.fromtimestamp(us // 1_000_000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
     return f"{stamp}.{us % 1_000_000:06d}Z"
 
