@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import base64
-import functools
 import binascii
+import functools
 import re
 from datetime import UTC, datetime
 from typing import Any
