@@ -14,7 +14,7 @@ import lakepubsub
 from api import errors, models, snapshots, subscriptions, topics
 from api.deps import EngineDep, json_response
 from api.middleware import LimitBody, Metrics
-from lakepubsub import Engine, Settings
+from lakepubsub import Engine, Settings, push
 
 DESCRIPTION = """\
 Google Cloud Pub/Sub REST v1, served from Delta Lake tables. Point an unmodified
@@ -30,9 +30,16 @@ def create_app(engine: Engine | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.engine = engine or Engine(Settings.from_env())
+        # [push integration, issue 7] A server (not an app around a given engine)
+        # runs push delivery in a background thread; LAKEPUBSUB_PUSH=false turns it off.
+        app.state.push = None
+        if engine is None:
+            app.state.push = await run_in_threadpool(push.start_from_env, app.state.engine)
         try:
             yield
         finally:
+            if app.state.push is not None:  # [push integration] settle in-flight pushes first
+                await run_in_threadpool(app.state.push.stop)
             # Graceful shutdown: queued publishes commit, waiting pulls return.
             await run_in_threadpool(app.state.engine.close)
 

@@ -1,0 +1,25 @@
+"""Push delivery (seeds 000, 002, 003): POST each message to the subscription's endpoint.
+
+``PushService`` runs inside ``lakepubsub serve`` and as ``lakepubsub push``;
+see ``dispatcher.py`` for what it guarantees and docs/security.md for the
+endpoint rules and the OIDC tokens.
+"""
+
+from __future__ import annotations
+
+from lakepubsub import Engine
+from lakepubsub.push.dispatcher import PushService
+from lakepubsub.push.oidc import Signer
+from lakepubsub.push.settings import PushSettings
+
+__all__ = ["PushService", "PushSettings", "Signer", "start_from_env"]
+
+
+def start_from_env(engine: Engine) -> PushService | None:
+    """Start push delivery for ``engine``'s lake unless ``LAKEPUBSUB_PUSH`` turns it off."""
+    settings = PushSettings.from_env()
+    if not settings.enabled:
+        return None
+    service = PushService(engine, settings)
+    service.start()
+    return service
