@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -26,10 +25,7 @@ MessagesFactory = Callable[..., str]
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """``local[2]`` with two shuffle partitions, as a 2-core CI box runs the jobs."""
-    with warnings.catch_warnings():
-        # py4j and pyspark's launcher open sockets and pipes they close lazily.
-        warnings.simplefilter("ignore", ResourceWarning)
-        session = local_session("lakepubsub-tests", "local[2]", shuffle_partitions=2)
+    session = local_session("lakepubsub-tests", "local[2]", shuffle_partitions=2)
     yield session
     session.stop()
 
