@@ -16,6 +16,8 @@ from pyspark.sql.types import BinaryType, LongType, MapType, StringType, Timesta
 
 from lakepubsub.spark import SOURCE_NAME
 
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
 
 def load(spark: SparkSession, path: str, **options: str) -> DataFrame:
     return spark.read.format(SOURCE_NAME).options(**options).load(path)
@@ -90,8 +92,8 @@ def test_time_travel_by_version_and_timestamp(
     history = {h["version"]: h["timestamp"] for h in DeltaTable(path).history()}
     assert len(offsets(load(spark, path, versionAsOf="0"))) == ROWS_PER_FILE
     assert len(offsets(load(spark, path, version="1"))) == 2 * ROWS_PER_FILE
-    # delta-rs dates a version by its log file, a little after commitInfo's timestamp.
-    at_v1 = dt.datetime.fromtimestamp((history[1] + 100) / 1000, dt.UTC).isoformat()
+    # Exact milliseconds: a float division can land a microsecond before the commit.
+    at_v1 = (EPOCH + dt.timedelta(milliseconds=history[1])).isoformat()
     assert len(offsets(load(spark, path, timestampAsOf=at_v1))) == 2 * ROWS_PER_FILE
     assert len(offsets(load(spark, path))) == 3 * ROWS_PER_FILE
 

@@ -102,8 +102,8 @@ def test_time_travel_through_read_table(
     time.sleep(0.2)
     write_deltalake(path, message_rows(ROWS_PER_FILE, 5), mode="append")
     created = DeltaTable(path).history()[-1]["timestamp"]
-    # delta-rs dates a version by its log file, a little after commitInfo's timestamp.
-    at = dt.datetime.fromtimestamp((created + 100) / 1000, dt.UTC)
+    # Exact milliseconds: a float division can land a microsecond before the commit.
+    at = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=created)
     for mode in ("parquet", "python"):
         assert read_table(spark, path, timestamp=at, mode=mode).count() == ROWS_PER_FILE
         assert read_table(spark, path, version=1, mode=mode).count() == ROWS_PER_FILE + 5
