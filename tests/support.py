@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
+
+import httpx
 
 from lakepubsub import Settings
 
@@ -62,3 +66,43 @@ class LakeSpec:
     def env(self) -> dict[str, str]:
         """Environment for a subprocess that reads ``Settings.from_env()``."""
         return {**os.environ, "LAKEPUBSUB_LAKE": self.uri, **self.storage_options}
+
+
+@dataclass
+class Server:
+    url: str
+    lake: LakeSpec
+    process: subprocess.Popen[bytes]
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=30)
+
+
+def start_server(lake: LakeSpec, *, extra_env: dict[str, str] | None = None) -> Server:
+    port = free_port()
+    env = {
+        **lake.env(),
+        "LAKEPUBSUB_PULL_WAIT_S": "2",
+        **(extra_env or {}),
+    }
+    process = subprocess.Popen(
+        [
+            sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory",
+            "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
+        ],
+        env=env,
+    )  # fmt: skip
+    try:
+        wait_for_port(port)
+    except TimeoutError:
+        process.kill()
+        raise
+    return Server(f"http://127.0.0.1:{port}", lake, process)
+
+
+def stop_server(server: Server) -> None:
+    server.process.terminate()
+    try:
+        server.process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
