@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 import lakepubsub
-from api import errors, models, snapshots, subscriptions, topics
+from api import auth, errors, models, snapshots, subscriptions, topics
 from api.deps import EngineDep, json_response
 from api.middleware import LimitBody, Metrics
 from lakepubsub import Engine, Settings, push
@@ -50,6 +50,7 @@ def create_app(engine: Engine | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     errors.install(app)
+    auth.install(app)  # [auth integration, issue 7] IAM routes first; access control middleware
     app.include_router(topics.router)
     app.include_router(subscriptions.router)
     app.include_router(snapshots.router)
