@@ -143,6 +143,19 @@ def serve(
     )
 
 
+@main.command("push")
+@click.pass_context
+def push_command(ctx: click.Context) -> None:
+    """Run push delivery only, on the lake (``--lake``): add processes to scale out."""
+    # [push integration, issue 7] every setting is read from LAKEPUBSUB_PUSH_*.
+    from lakepubsub import Engine, Settings
+    from lakepubsub.push import run_forever
+
+    os.environ["LAKEPUBSUB_LAKE"] = ctx.ensure_object(dict)["lake"]
+    click.echo(f"lakepubsub: push delivery for lake {os.environ['LAKEPUBSUB_LAKE']}")
+    run_forever(Engine(Settings.from_env()))
+
+
 @main.group()
 def topics() -> None:
     """Create, list and delete topics."""

@@ -12,7 +12,7 @@ from lakepubsub.push.dispatcher import PushService
 from lakepubsub.push.oidc import Signer
 from lakepubsub.push.settings import PushSettings
 
-__all__ = ["PushService", "PushSettings", "Signer", "start_from_env"]
+__all__ = ["PushService", "PushSettings", "Signer", "run_forever", "start_from_env"]
 
 
 def start_from_env(engine: Engine) -> PushService | None:
@@ -23,3 +23,25 @@ def start_from_env(engine: Engine) -> PushService | None:
     service = PushService(engine, settings)
     service.start()
     return service
+
+
+def run_forever(engine: Engine) -> None:
+    """Push delivery as its own process (``lakepubsub push``) until SIGTERM or SIGINT.
+
+    Any number of these (and of API servers) may serve one lake: they share the
+    work through the same leases as pull clients.
+    """
+    import signal
+    import threading
+
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    service = PushService(engine, PushSettings.from_env())
+    service.start()
+    try:
+        while not done.wait(1.0):
+            pass
+    finally:
+        service.stop()
+        engine.close()

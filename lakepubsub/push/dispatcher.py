@@ -166,7 +166,7 @@ class PushService:
             if current is None:
                 pusher.stop()  # deleted, detached, or switched to pull
             else:
-                pusher.sub = current
+                pusher.update(current)
         for uid, sub in subs.items():
             if uid not in self._pushers:
                 assert self.sender is not None
@@ -195,13 +195,7 @@ class SubscriptionPusher:
         self._service = service
         self._engine = service.engine
         self._sender = sender
-        settings = service.settings
-        self.flow = FlowControl(
-            min_backoff_s=settings.min_backoff_s,
-            max_backoff_s=settings.max_backoff_s,
-            initial_window=settings.initial_window,
-            max_outstanding=settings.max_outstanding,
-        )
+        self.flow = self._new_flow()
         self._stopped = False
         self._drained = False  # stopped, and every delivery has an outcome
         self._wake = asyncio.Event()
@@ -211,6 +205,22 @@ class SubscriptionPusher:
         self._deliveries: set[asyncio.Task[None]] = set()
         self._pull: asyncio.Future[list[ReceivedMessage]] | None = None
         self._warned_at = -float("inf")
+
+    def update(self, sub: Subscription) -> None:
+        """A newer configuration; a new endpoint starts with fresh flow control."""
+        if sub.push_config.push_endpoint != self.sub.push_config.push_endpoint:
+            self.flow = self._new_flow()
+            self._wake.set()
+        self.sub = sub
+
+    def _new_flow(self) -> FlowControl:
+        settings = self._service.settings
+        return FlowControl(
+            min_backoff_s=settings.min_backoff_s,
+            max_backoff_s=settings.max_backoff_s,
+            initial_window=settings.initial_window,
+            max_outstanding=settings.max_outstanding,
+        )
 
     def stop(self) -> None:
         self._stopped = True
@@ -265,8 +275,9 @@ class SubscriptionPusher:
                 self._release(received)
                 continue
             for item in received:
-                ticket = self.flow.dispatch(pulled_at)
-                task = asyncio.create_task(self._deliver(item, ticket, pulled_at))
+                flow = self.flow
+                ticket = flow.dispatch(pulled_at)
+                task = asyncio.create_task(self._deliver(item, flow, ticket, pulled_at))
                 self._deliveries.add(task)
                 task.add_done_callback(self._deliveries.discard)
 
@@ -290,20 +301,22 @@ class SubscriptionPusher:
 
     # -- one delivery ---------------------------------------------------------------------
 
-    async def _deliver(self, item: ReceivedMessage, ticket: Ticket, pulled_at: float) -> None:
+    async def _deliver(
+        self, item: ReceivedMessage, flow: FlowControl, ticket: Ticket, pulled_at: float
+    ) -> None:
         sub = self.sub
         outcome = Outcome.NACK
         try:
             remaining = sub.ack_deadline_s - LEASE_MARGIN_S - (time.monotonic() - pulled_at)
             if remaining < MIN_PUSH_TIME_S:
-                self.flow.cancel(ticket)
+                flow.cancel(ticket)
                 self._nacks.append(item.ack_id)
                 return
             try:
                 endpoint = parse_endpoint(sub.push_config.push_endpoint)
             except UnsafeEndpoint as exc:
                 self._warn("endpoint refused: %s", exc.message)
-                self.flow.record(ticket, Outcome.NACK, time.monotonic())
+                flow.record(ticket, Outcome.NACK, time.monotonic())
                 self._nacks.append(item.ack_id)
                 return
             request = envelope.build(sub, item)
@@ -318,7 +331,7 @@ class SubscriptionPusher:
             outcome = result.outcome
             if result.unsafe or (result.status is None and outcome is not Outcome.ACK):
                 self._warn("push to %s failed: %s", sub.push_config.push_endpoint, result.error)
-            self.flow.record(ticket, outcome, time.monotonic())
+            flow.record(ticket, outcome, time.monotonic())
             PUSHES.labels(outcome.value).inc()
             (self._acks if outcome is Outcome.ACK else self._nacks).append(item.ack_id)
         except asyncio.CancelledError:
