@@ -1,0 +1,491 @@
+"""``lakepubsub jobs run <job>``, ``lakepubsub jobs schedule`` and ``lakepubsub sql``.
+
+Every job finds the lake as ``lakepubsub serve`` does: ``--lake`` (here or on
+the ``lakepubsub`` group), else ``LAKEPUBSUB_LAKE``, with S3 settings from the
+AWS variables. ``spark-submit jobs/<job>.py [options]`` runs the same commands.
+A run prints its report as one JSON line on stdout (logs go to stderr) and
+exits 1 if any table failed for a reason other than being busy.
+
+Nothing here imports PySpark or starts a JVM until a command needs Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import fields
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import click
+
+from jobs.common import JobContext, report_json, settings_for
+from lakepubsub.scheduler import (
+    Progress,
+    Scheduler,
+    ScheduleSettings,
+    Task,
+    default_progress,
+)
+
+JOB_NAMES = ("compact", "truncate", "gc", "batch-consume")
+MIB = 1024 * 1024
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# Cells of `lakepubsub sql` output longer than this are cut (``--wide`` keeps them).
+MAX_CELL_CHARS = 60
+
+
+class Report(Protocol):
+    def summary(self) -> Mapping[str, object]: ...
+
+
+# -- shared options ------------------------------------------------------------------------
+
+
+def _lake_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--lake",
+        default=None,
+        help="Lake root: a directory or s3://bucket/prefix [default: LAKEPUBSUB_LAKE].",
+    )(func)
+
+
+def _master_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--master",
+        envvar="LAKEPUBSUB_SPARK_MASTER",
+        default=None,
+        help="Spark master [default: spark-submit's, else local[*]].",
+    )(func)
+
+
+def _log_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--log-level", default="INFO", show_default=True)(func)
+
+
+def _lake(ctx: click.Context, lake: str | None) -> str | None:
+    """``--lake`` here, else the ``lakepubsub`` group's (which reads LAKEPUBSUB_LAKE)."""
+    if lake:
+        return lake
+    parent = ctx.find_root().obj
+    return parent.get("lake") if isinstance(parent, dict) else None
+
+
+def _setup_logging(level: str) -> None:
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=level.upper(), format=LOG_FORMAT, stream=sys.stderr)
+    else:
+        logging.getLogger().setLevel(level.upper())
+
+
+def _execute(
+    ctx: click.Context,
+    lake: str | None,
+    master: str | None,
+    log_level: str,
+    job: Callable[[JobContext], Report],
+) -> None:
+    _setup_logging(log_level)
+    settings = settings_for(_lake(ctx, lake))
+    with JobContext(settings, master=master, progress=default_progress()) as jobs_ctx:
+        report = job(jobs_ctx)
+    click.echo(report_json(report))
+    if int(str(report.summary().get("failed", 0))):
+        ctx.exit(1)
+
+
+# -- jobs run ------------------------------------------------------------------------------
+
+
+@click.group("jobs")
+def jobs() -> None:
+    """Maintenance jobs (compaction, truncation, GC) and batch consumers, on Spark."""
+
+
+@jobs.group("run")
+def run() -> None:
+    """Run one job now; print its report as JSON."""
+
+
+@run.command("compact")
+@_lake_option
+@_master_option
+@_log_option
+@click.option("--messages-target-mb", type=click.IntRange(1), default=128, show_default=True)
+@click.option("--leases-target-mb", type=click.IntRange(1), default=32, show_default=True)
+@click.option(
+    "--min-small-files",
+    type=click.IntRange(2),
+    default=8,
+    show_default=True,
+    help="Compact a table once it has this many files below its target size.",
+)
+@click.option("--vacuum/--no-vacuum", default=True, show_default=True)
+@click.option(
+    "--vacuum-retention-hours",
+    type=click.IntRange(0),
+    default=168,
+    show_default=True,
+    help="Delete files removed longer ago than this; keep it above the longest reader.",
+)
+@click.option("--parallelism", type=click.IntRange(1), default=2, show_default=True)
+@click.pass_context
+def compact_command(
+    ctx: click.Context,
+    lake: str | None,
+    master: str | None,
+    log_level: str,
+    messages_target_mb: int,
+    leases_target_mb: int,
+    min_small_files: int,
+    vacuum: bool,
+    vacuum_retention_hours: int,
+    parallelism: int,
+) -> None:
+    """Bin-pack small files, vacuum and checkpoint every table (delta-rs, no data change)."""
+    from jobs import compact
+
+    options = compact.CompactOptions(
+        messages_target_bytes=messages_target_mb * MIB,
+        leases_target_bytes=leases_target_mb * MIB,
+        min_small_files=min_small_files,
+        vacuum=vacuum,
+        vacuum_retention_hours=vacuum_retention_hours,
+        parallelism=parallelism,
+    )
+    if vacuum and vacuum_retention_hours < 1:
+        logging.getLogger("lakepubsub.jobs").warning(
+            "vacuum retention under an hour: readers of older versions may fail"
+        )
+    _execute(ctx, lake, master, log_level, lambda c: compact.run(c, options))
+
+
+@run.command("truncate")
+@_lake_option
+@_master_option
+@_log_option
+@click.option(
+    "--delete/--no-delete",
+    default=True,
+    show_default=True,
+    help="Also delete messages no subscription, snapshot or retention needs.",
+)
+@click.pass_context
+def truncate_command(
+    ctx: click.Context, lake: str | None, master: str | None, log_level: str, delete: bool
+) -> None:
+    """Enforce truncation policies (Spark), record truncations, delete unneeded messages."""
+    from jobs import truncate
+
+    options = truncate.TruncateOptions(delete_messages=delete)
+    _execute(ctx, lake, master, log_level, lambda c: truncate.run(c, options))
+
+
+@run.command("gc")
+@_lake_option
+@_master_option
+@_log_option
+@click.option(
+    "--orphan-age-s",
+    type=click.FloatRange(0),
+    default=3600.0,
+    show_default=True,
+    help="Remove an uncatalogued table directory once untouched this long.",
+)
+@click.option("--dry-run", is_flag=True, help="Report what would be deleted; delete nothing.")
+@click.pass_context
+def gc_command(
+    ctx: click.Context,
+    lake: str | None,
+    master: str | None,
+    log_level: str,
+    orphan_age_s: float,
+    dry_run: bool,
+) -> None:
+    """Delete expired subscriptions and snapshots; sweep orphaned table directories."""
+    from jobs import gc
+
+    options = gc.GcOptions(orphan_age_s=orphan_age_s, dry_run=dry_run)
+    _execute(ctx, lake, master, log_level, lambda c: gc.run(c, options))
+
+
+@run.command("batch-consume")
+@_lake_option
+@_master_option
+@_log_option
+@click.option("--subscription", required=True, help="projects/P/subscriptions/S")
+@click.option("--target", required=True, help="Delta table to append to (path or s3:// URI).")
+@click.option("--sql", default=None, help="SELECT … FROM messages")
+@click.option("--transform", default=None, help="module:function or file.py:function")
+@click.option("--max-messages", type=click.IntRange(1), default=None)
+@click.option("--partition-by", default="", help="Comma-separated, when creating the target.")
+@click.pass_context
+def batch_consume_command(
+    ctx: click.Context,
+    lake: str | None,
+    master: str | None,
+    log_level: str,
+    subscription: str,
+    target: str,
+    sql: str | None,
+    transform: str | None,
+    max_messages: int | None,
+    partition_by: str,
+) -> None:
+    """Consume a subscription's new messages into a Delta table, exactly once."""
+    from jobs import batch_consume
+
+    if (sql is None) == (transform is None):
+        raise click.UsageError("give exactly one of --sql and --transform")
+    options = batch_consume.BatchOptions(
+        subscription=subscription,
+        target=target,
+        sql=sql,
+        transform=transform,
+        max_messages=max_messages,
+        partition_by=tuple(c.strip() for c in partition_by.split(",") if c.strip()),
+    )
+    _execute(ctx, lake, master, log_level, lambda c: batch_consume.run(c, options))
+
+
+def main_for(job: str) -> None:
+    """Entry point of ``jobs/<job>.py`` under spark-submit or python: ``run <job> ARGS``."""
+    run.main(args=[job, *sys.argv[1:]], prog_name=f"jobs/{job.replace('-', '_')}.py")
+
+
+# -- jobs schedule -------------------------------------------------------------------------
+
+
+def scheduled_tasks(
+    jobs_ctx: JobContext, intervals: ScheduleSettings, config: Mapping[str, Any]
+) -> list[Task]:
+    """The built-in jobs on their intervals, plus ``[[batch_consume]]`` entries of ``config``.
+
+    Job options come from the config's ``[compact]``, ``[truncate]`` and ``[gc]``
+    tables, keyed by the options' field names (``vacuum_retention_hours = 24``).
+    """
+    from jobs import batch_consume, compact, gc, truncate
+
+    compact_options = _options(compact.CompactOptions, config.get("compact", {}))
+    truncate_options = _options(truncate.TruncateOptions, config.get("truncate", {}))
+    gc_options = _options(gc.GcOptions, config.get("gc", {}))
+
+    def with_progress(call: Callable[[], Report]) -> Callable[[Progress], object]:
+        def task(progress: Progress) -> object:
+            jobs_ctx.progress = progress
+            return call().summary()
+
+        return task
+
+    tasks = [
+        Task(
+            "compact",
+            intervals.compact_interval_s,
+            with_progress(lambda: compact.run(jobs_ctx, compact_options)),
+        ),
+        Task(
+            "truncate",
+            intervals.truncate_interval_s,
+            with_progress(lambda: truncate.run(jobs_ctx, truncate_options)),
+        ),
+        Task("gc", intervals.gc_interval_s, with_progress(lambda: gc.run(jobs_ctx, gc_options))),
+    ]
+    for entry in config.get("batch_consume", []):
+        doc = dict(entry)
+        interval = float(doc.pop("interval_s"))
+        doc["partition_by"] = tuple(doc.get("partition_by", ()))
+        options = _options(batch_consume.BatchOptions, doc)
+
+        def consume(opts: batch_consume.BatchOptions = options) -> Report:
+            return batch_consume.run(jobs_ctx, opts)
+
+        tasks.append(
+            Task(f"batch-consume {options.subscription}", interval, with_progress(consume))
+        )
+    return tasks
+
+
+def _options(cls: Any, doc: Mapping[str, Any]) -> Any:
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(doc) - known)
+    if unknown:
+        raise click.BadParameter(f"unknown {cls.__name__} option(s): {', '.join(unknown)}")
+    return cls(**doc)
+
+
+@jobs.command("schedule")
+@_lake_option
+@_master_option
+@_log_option
+@click.option("--compact-every", type=float, default=None, help="Seconds; 0 disables.")
+@click.option("--truncate-every", type=float, default=None, help="Seconds; 0 disables.")
+@click.option("--gc-every", type=float, default=None, help="Seconds; 0 disables.")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="TOML: [schedule] intervals, [compact]/[truncate]/[gc] options, [[batch_consume]].",
+)
+@click.option("--max-runs", type=click.IntRange(1), default=None, help="Stop after N runs.")
+@click.pass_context
+def schedule_command(
+    ctx: click.Context,
+    lake: str | None,
+    master: str | None,
+    log_level: str,
+    compact_every: float | None,
+    truncate_every: float | None,
+    gc_every: float | None,
+    config_path: Path | None,
+    max_runs: int | None,
+) -> None:
+    """Run compaction, truncation and GC on intervals in this process, until stopped.
+
+    Intervals: the options, else the config's [schedule], else
+    LAKEPUBSUB_{COMPACT,TRUNCATE,GC}_INTERVAL_S, else 600/900/3600 s. SIGTERM or
+    Ctrl-C lets the running job finish, then exits.
+    """
+    _setup_logging(log_level)
+    config = tomllib.loads(config_path.read_text()) if config_path else {}
+    intervals = ScheduleSettings.from_env(
+        **{
+            **config.get("schedule", {}),
+            "compact_interval_s": compact_every,
+            "truncate_interval_s": truncate_every,
+            "gc_interval_s": gc_every,
+        }
+    )
+    settings = settings_for(_lake(ctx, lake))
+    with JobContext(settings, master=master) as jobs_ctx:
+        progress = default_progress()
+        scheduler = Scheduler(
+            scheduled_tasks(jobs_ctx, intervals, config), progress=progress, max_runs=max_runs
+        )
+        previous = signal.signal(signal.SIGTERM, lambda *_: scheduler.stop())
+        try:
+            scheduler.run()
+        except KeyboardInterrupt:
+            scheduler.stop()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        for task in scheduler.tasks:
+            click.echo(
+                json.dumps(
+                    {
+                        "task": task.name,
+                        "runs": task.runs,
+                        "failures": task.failures,
+                        "last_error": task.last_error,
+                    }
+                )
+            )
+
+
+# -- sql -----------------------------------------------------------------------------------
+
+
+@click.command("sql")
+@click.argument("query")
+@_lake_option
+@_master_option
+@click.option(
+    "--version",
+    "versions",
+    multiple=True,
+    metavar="VIEW=N",
+    help="Read this topic view at table version N (repeatable).",
+)
+@click.option("--timestamp", default=None, help="Read every topic as of this ISO 8601 time.")
+@click.option("--max-rows", type=click.IntRange(1), default=100, show_default=True)
+@click.option(
+    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
+)
+@click.option("--wide", is_flag=True, help=f"Do not cut cells at {MAX_CELL_CHARS} characters.")
+@click.pass_context
+def sql(
+    ctx: click.Context,
+    query: str,
+    lake: str | None,
+    master: str | None,
+    versions: tuple[str, ...],
+    timestamp: str | None,
+    max_rows: int,
+    fmt: str,
+    wide: bool,
+) -> None:
+    """Run a Spark SQL query over the lake's views and print the result.
+
+    One view per topic (<project>__<topic>), one backlog view per subscription
+    (<project>__<subscription>__backlog), `subscriptions`, `topics` and
+    `truncations` (docs/spark.md).
+    """
+    from jobs.common import spark_session
+    from lakepubsub.spark.views import register
+
+    pinned: dict[str, int] = {}
+    for item in versions:
+        view, sep, number = item.partition("=")
+        if not sep or not number.isdigit():
+            raise click.BadParameter(f"expected VIEW=N, got {item!r}", param_hint="--version")
+        pinned[view] = int(number)
+    settings = settings_for(_lake(ctx, lake))
+    spark = spark_session(master)
+    register(spark, settings, versions=pinned, timestamp=timestamp)
+    frame = spark.sql(query)
+    columns = frame.columns
+    rows = [r.asDict(recursive=True) for r in frame.limit(max_rows + 1).collect()]
+    more = len(rows) > max_rows
+    rows = rows[:max_rows]
+    if fmt == "json":
+        for row in rows:
+            click.echo(json.dumps({c: _json_value(row[c]) for c in columns}))
+    else:
+        click.echo(format_table(columns, rows, None if wide else MAX_CELL_CHARS))
+    if more:
+        click.echo(f"(only the first {max_rows} rows; --max-rows for more)", err=True)
+
+
+def format_table(columns: list[str], rows: list[dict[str, Any]], limit: int | None) -> str:
+    """Rows as an aligned text table with a header rule."""
+    cells = [[_text(row[c], limit) for c in columns] for row in rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+    lines = [
+        " | ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)),
+        "-+-".join("-" * w for w in widths),
+        *(" | ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells),
+    ]
+    lines.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray):
+        try:
+            return bytes(value).decode()
+        except UnicodeDecodeError:
+            return "0x" + bytes(value).hex()
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_value(v) for v in value]
+    return value
+
+
+def _text(value: Any, limit: int | None) -> str:
+    if value is None:
+        text = "NULL"
+    else:
+        plain = _json_value(value)
+        text = plain if isinstance(plain, str) else json.dumps(plain, default=str)
+    text = text.replace("\n", "\\n")
+    if limit is not None and len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return text

@@ -1,0 +1,277 @@
+"""Compaction: bin-pack small files, vacuum, checkpoint and expire old log entries.
+
+    spark-submit jobs/compact.py [--lake URI] [options]
+    lakepubsub jobs run compact [--lake URI] [options]
+
+Visits the catalog, the truncations log, every topic's messages table and every
+subscription's lease table. A table with at least ``min_small_files`` files
+below its target size is compacted with delta-rs (``optimize.compact``): files
+are rewritten in insertion order into target-sized files by a commit whose
+actions all carry ``dataChange=false``, so offsets, rows and each file's offset
+range stay as they were, and readers and the API's writers see the same data.
+Then files removed more than ``vacuum_retention_hours`` ago are deleted, and a
+checkpoint is written where the newest version has none.
+
+Concurrency: delta-rs's compaction commits through concurrent appends (a
+publisher's append then loses its compare-and-swap once and renumbers, its
+normal retry) and fails against a concurrent MERGE or delete; this job retries
+such a loss with jittered back-off and, past its budget, leaves the table for
+the next run. After each compaction commit the job checks that the row count
+of the version it produced equals the one before it (``errors.Internal`` if
+not), so a compaction that lost a row cannot go unnoticed.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+
+from deltalake import CommitProperties, DeltaTable
+
+from jobs.common import (
+    FileStats,
+    JobContext,
+    Stopwatch,
+    commit_info,
+    has_checkpoint,
+    open_if_exists,
+    retrying,
+)
+from lakepubsub import errors
+from lakepubsub._lake import storage_errors
+
+log = logging.getLogger("lakepubsub.jobs.compact")
+
+MIB = 1024 * 1024
+# Target sizes: messages are scanned by Spark (large files, few tasks); lease
+# tables are read whole on every dispatcher cycle and stay small.
+MESSAGES_TARGET_BYTES = 128 * MIB
+LEASES_TARGET_BYTES = 32 * MIB
+# Compact a table once it has this many files below its target size: every
+# live file adds ~0.13 ms to the next write (DESIGN.md section 4).
+MIN_SMALL_FILES = 8
+# Delta's own default for deleted files; it must exceed the longest reader
+# (a Spark job reading a pinned version), see docs/operations.md.
+VACUUM_RETENTION_HOURS = 168
+DEFAULT_PARALLELISM = 2
+
+MESSAGES = "messages"
+LEASES = "leases"
+CATALOG = "catalog"
+TRUNCATIONS = "truncations"
+
+
+@dataclass(frozen=True)
+class CompactOptions:
+    messages_target_bytes: int = MESSAGES_TARGET_BYTES
+    leases_target_bytes: int = LEASES_TARGET_BYTES
+    min_small_files: int = MIN_SMALL_FILES
+    vacuum: bool = True
+    vacuum_retention_hours: int = VACUUM_RETENTION_HOURS
+    parallelism: int = DEFAULT_PARALLELISM
+
+    def target_bytes(self, kind: str) -> int:
+        if kind in (MESSAGES, TRUNCATIONS):
+            return self.messages_target_bytes
+        return self.leases_target_bytes
+
+
+@dataclass(frozen=True)
+class Target:
+    """One table to maintain: its kind, the resource it belongs to, its location."""
+
+    kind: str
+    name: str
+    uri: str
+
+
+@dataclass
+class TableResult:
+    kind: str
+    name: str
+    status: str = "ok"  # ok | gone | busy | error: ...
+    files_before: int = 0
+    files_after: int = 0
+    rows_before: int = 0
+    rows_after: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    files_removed: int = 0
+    files_added: int = 0
+    files_vacuumed: int = 0
+    checkpoint_version: int | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class CompactReport:
+    job: str = "compact"
+    tables: list[TableResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> list[TableResult]:
+        return [t for t in self.tables if t.status.startswith("error")]
+
+    def summary(self) -> dict[str, int]:
+        return {
+            "tables": len(self.tables),
+            "compacted": sum(1 for t in self.tables if t.files_removed),
+            "files_before": sum(t.files_before for t in self.tables),
+            "files_after": sum(t.files_after for t in self.tables),
+            "files_vacuumed": sum(t.files_vacuumed for t in self.tables),
+            "busy": sum(1 for t in self.tables if t.status == "busy"),
+            "failed": len(self.failed),
+        }
+
+
+def targets(ctx: JobContext) -> list[Target]:
+    """Every table the job maintains, small shared tables first."""
+    lake, engine = ctx.lake, ctx.engine
+    found = [Target(CATALOG, "catalog", lake.catalog_uri)]
+    if lake.exists(lake.truncations_uri):
+        found.append(Target(TRUNCATIONS, "truncations", lake.truncations_uri))
+    found += [Target(MESSAGES, t.name.path, lake.messages_uri(t.uid)) for t in engine.all_topics()]
+    found += [
+        Target(LEASES, s.name.path, lake.leases_uri(s.uid)) for s in engine.all_subscriptions()
+    ]
+    return found
+
+
+def run(ctx: JobContext, options: CompactOptions | None = None) -> CompactReport:
+    """Compact, vacuum and checkpoint every table of the lake; one result per table."""
+    options = options or CompactOptions()
+    watch = Stopwatch()
+    todo = targets(ctx)
+    report = CompactReport()
+    ctx.progress.begin("compact", len(todo))
+    with ThreadPoolExecutor(max(1, options.parallelism), thread_name_prefix="compact") as pool:
+        futures = {pool.submit(compact_table, ctx, t, options): t for t in todo}
+        for future in as_completed(futures):
+            result = future.result()
+            report.tables.append(result)
+            ctx.progress.advance(f"{result.kind} {result.name}: {result.status}")
+    ctx.progress.end()
+    report.tables.sort(key=lambda t: (t.kind, t.name))
+    report.seconds = watch.seconds()
+    return report
+
+
+def compact_table(ctx: JobContext, target: Target, options: CompactOptions) -> TableResult:
+    """Compact, vacuum and checkpoint one table; never raises (the status says what happened)."""
+    watch = Stopwatch()
+    result = TableResult(target.kind, target.name)
+    try:
+        _maintain(ctx, target, options, result)
+    except errors.NotFound:
+        result.status = "gone"  # deleted while the job ran
+    except errors.Aborted as exc:
+        result.status = "busy"
+        log.warning("%s %s: too busy, left for the next run: %s", target.kind, target.name, exc)
+    except Exception as exc:
+        result.status = f"error: {type(exc).__name__}: {exc}"
+        log.exception("%s %s: maintenance failed", target.kind, target.name)
+    result.seconds = watch.seconds()
+    return result
+
+
+def _maintain(
+    ctx: JobContext, target: Target, options: CompactOptions, result: TableResult
+) -> None:
+    table = open_if_exists(ctx.lake, target.uri)
+    if table is None:
+        raise errors.NotFound(target.uri)
+    size = options.target_bytes(target.kind)
+    before = FileStats.of(table, small_below=size)
+    result.files_before, result.rows_before, result.bytes_before = (
+        before.files,
+        before.rows,
+        before.bytes,
+    )
+    written_since_checkpoint = not has_checkpoint(ctx.lake, table)
+    if before.small_files >= options.min_small_files:
+        _compact(ctx, table, target, size, options, result)
+    if options.vacuum:
+        result.files_vacuumed = _vacuum(table, target, options, full=written_since_checkpoint)
+    with storage_errors(target.uri):
+        table.update_incremental()
+        if not has_checkpoint(ctx.lake, table):
+            table.create_checkpoint()
+            table.cleanup_metadata()
+            result.checkpoint_version = table.version()
+    after = FileStats.of(table)
+    result.files_after, result.rows_after, result.bytes_after = after.files, after.rows, after.bytes
+
+
+def _compact(
+    ctx: JobContext,
+    table: DeltaTable,
+    target: Target,
+    size: int,
+    options: CompactOptions,
+    result: TableResult,
+) -> None:
+    start = table.version()
+
+    def attempt() -> dict[str, object]:
+        with storage_errors(target.uri):
+            table.update_incremental()
+            metrics: dict[str, object] = table.optimize.compact(
+                target_size=size,
+                commit_properties=CommitProperties(custom_metadata={"lakepubsub.job": "compact"}),
+            )
+            return metrics
+
+    metrics = retrying(target.kind, attempt)
+    result.files_removed = int(str(metrics.get("numFilesRemoved", 0)))
+    result.files_added = int(str(metrics.get("numFilesAdded", 0)))
+    if result.files_removed:
+        _check_rows_kept(ctx, table, target, start)
+    log.info(
+        "%s %s: compacted %d files into %d",
+        target.kind,
+        target.name,
+        result.files_removed,
+        result.files_added,
+    )
+
+
+def _check_rows_kept(ctx: JobContext, table: DeltaTable, target: Target, since: int) -> None:
+    """Each compaction commit after ``since`` holds as many rows as the version before it."""
+    for version in range(since + 1, table.version() + 1):
+        if commit_info(ctx.lake, table, version).get("operation") != "OPTIMIZE":
+            continue
+        rows_before = FileStats.of(ctx.lake.open(target.uri, version=version - 1)).rows
+        rows_after = FileStats.of(ctx.lake.open(target.uri, version=version)).rows
+        if rows_before != rows_after:
+            raise errors.Internal(
+                f"{target.uri}: compaction commit {version} changed the row count "
+                f"from {rows_before} to {rows_after}"
+            )
+
+
+def _vacuum(table: DeltaTable, target: Target, options: CompactOptions, *, full: bool) -> int:
+    """Delete files removed longer ago than the retention; ``full`` also lists the
+    directory for files no commit references (appends that lost their race)."""
+
+    def attempt() -> int:
+        with storage_errors(target.uri):
+            table.update_incremental()
+            deleted = table.vacuum(
+                retention_hours=options.vacuum_retention_hours,
+                dry_run=False,
+                # The retention is ours to choose (and checked by the CLI), not
+                # the table's delta.deletedFileRetentionDuration.
+                enforce_retention_duration=False,
+                full=full,
+            )
+        return len(deleted)
+
+    return retrying(target.kind, attempt)
+
+
+if __name__ == "__main__":
+    from jobs.cli import main_for
+
+    main_for("compact")

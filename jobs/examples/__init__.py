@@ -1,0 +1,1 @@
+"""Worked examples of batch consumers (``lakepubsub jobs run batch-consume --transform …``)."""

@@ -1,0 +1,110 @@
+"""Compaction: fewer files, the same rows and offsets, while the engine publishes and acks."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+
+from deltalake import DeltaTable
+from jobtools import (
+    context,
+    file_ranges,
+    messages,
+    publish_batches,
+    sub_name,
+    table_offsets,
+    topic_name,
+    traffic,
+)
+from pyspark.sql import SparkSession
+from support import LakeSpec
+
+from jobs import compact
+from lakepubsub import Engine
+from lakepubsub.subscriptions import Subscription
+from lakepubsub.topics import Topic
+
+
+def test_compaction_keeps_every_row_under_traffic(
+    engine: Engine, lake: LakeSpec, spark: SparkSession
+) -> None:
+    topic = engine.create_topic(Topic(topic_name("orders")))
+    sub = engine.create_subscription(Subscription(sub_name("orders-sub"), topic.name))
+    first = publish_batches(engine, topic.name, batches=24, per_batch=10)
+    uri = engine.lake.messages_uri(topic.uid)
+    storage = lake.storage_options
+    files_before = len(file_ranges(uri, storage))
+    assert files_before >= 24
+
+    with context(lake, spark) as ctx, traffic(engine, topic.name, sub.name) as load:
+        time.sleep(0.3)  # traffic is flowing when the job starts
+        report = compact.run(ctx, compact.CompactOptions(min_small_files=4))
+        time.sleep(0.3)
+    assert load.errors == []
+    assert load.commits > 0 and load.acked > 0
+
+    result = next(t for t in report.tables if t.kind == "messages")
+    assert result.status == "ok"
+    assert result.files_removed >= 24
+    assert result.files_after < files_before
+    assert result.rows_after >= result.rows_before >= len(first)
+    # Every acknowledged publish is there, offsets dense and never reused.
+    published = first + load.published
+    assert table_offsets(uri, storage) == sorted(published) == list(range(len(published)))
+    # Files keep disjoint, ordered offset ranges (reads prune by them).
+    ranges = file_ranges(uri, storage)
+    assert all(a_hi < b_lo for (_, a_hi), (b_lo, _) in itertools.pairwise(ranges))
+    history = DeltaTable(uri, storage_options=storage or None).history()
+    optimize = [c for c in history if c["operation"] == "OPTIMIZE"]
+    assert optimize and optimize[0]["operationParameters"]["targetSize"] == str(
+        compact.MESSAGES_TARGET_BYTES
+    )
+    assert report.failed == []
+
+
+def test_compaction_commit_changes_no_data(local_engine: Engine, local_lake: LakeSpec) -> None:
+    """The commit's actions all say dataChange=false: readers of changes see nothing new."""
+    topic = local_engine.create_topic(Topic(topic_name("nochange")))
+    publish_batches(local_engine, topic.name, batches=10, per_batch=5)
+    with context(local_lake) as ctx:
+        report = compact.run(ctx, compact.CompactOptions(min_small_files=2, vacuum=False))
+    assert [t.files_removed for t in report.tables if t.kind == "messages"] == [10]
+    uri = local_engine.lake.messages_uri(topic.uid)
+    version = DeltaTable(uri).version()
+    with open(os.path.join(uri, "_delta_log", f"{version:020d}.json")) as log:
+        actions = [json.loads(line) for line in log]
+    changes = [a.get("add") or a.get("remove") for a in actions if "add" in a or "remove" in a]
+    assert len(changes) == 11  # ten removed, one added
+    assert all(c["dataChange"] is False for c in changes)
+
+
+def test_vacuum_checkpoint_then_idle(local_engine: Engine, local_lake: LakeSpec) -> None:
+    topic = local_engine.create_topic(Topic(topic_name("vacuumed")))
+    local_engine.create_subscription(Subscription(sub_name("vacuumed-sub"), topic.name))
+    offsets = publish_batches(local_engine, topic.name, batches=12, per_batch=5)
+    uri = local_engine.lake.messages_uri(topic.uid)
+    data_files = {f for f in os.listdir(uri) if f.endswith(".parquet")}
+
+    options = compact.CompactOptions(min_small_files=4, vacuum_retention_hours=0)
+    with context(local_lake) as ctx:  # compaction needs no Spark
+        first = compact.run(ctx, options)
+        # With the default retention (the table's own) the removed files' records
+        # are not due, so a second run finds nothing to do.
+        second = compact.run(ctx, compact.CompactOptions(min_small_files=4))
+
+    result = next(t for t in first.tables if t.kind == "messages")
+    assert result.files_vacuumed == 12
+    remaining = {f for f in os.listdir(uri) if f.endswith(".parquet")}
+    assert remaining.isdisjoint(data_files)  # the small files are gone from storage
+    assert len(remaining) == 1
+    version = DeltaTable(uri).version()
+    assert result.checkpoint_version == version
+    assert os.path.exists(os.path.join(uri, "_delta_log", f"{version:020d}.checkpoint.parquet"))
+    assert table_offsets(uri) == offsets
+    # A second run finds nothing to do and writes nothing.
+    assert all(t.files_removed == 0 and t.checkpoint_version is None for t in second.tables)
+    assert DeltaTable(uri).version() == version
+    # The engine keeps working on the compacted, vacuumed table.
+    assert local_engine.publish(topic.name, messages(1)) == [str(len(offsets))]
