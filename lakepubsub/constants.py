@@ -44,6 +44,14 @@ COMMIT_BUDGET_S = 10.0
 COMMIT_BACKOFF_BASE_S = 0.002
 COMMIT_BACKOFF_MAX_S = 2.0
 
+# A dispatcher that lost a commit race in the last CONTENTION_MEMORY_S seconds
+# pauses after each commit it wins for PACE_FACTOR times that cycle's duration
+# (at most PACE_MAX_S): otherwise the winner, whose state is already cached,
+# starts its next attempt first and wins again while the others starve.
+CONTENTION_MEMORY_S = 5.0
+PACE_FACTOR = 2.0
+PACE_MAX_S = 0.5
+
 # How stale a process's cached catalog may be on the hot path (publish, pull)
 # before it rereads the catalog table. Admin calls always reread it.
 CATALOG_MAX_STALENESS_S = 1.0

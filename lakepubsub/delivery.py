@@ -24,6 +24,7 @@ from deltalake import CommitProperties, DeltaTable
 from lakepubsub import errors, metrics, schemas
 from lakepubsub._lake import Lake, storage_errors
 from lakepubsub.ackids import AckId, subscription_tag
+from lakepubsub.constants import CONTENTION_MEMORY_S, PACE_FACTOR, PACE_MAX_S
 from lakepubsub.filters import Filter
 from lakepubsub.leases import (
     Claim,
@@ -122,6 +123,7 @@ class Dispatcher:
         # that lost its race: the retry drops them without publishing again.
         self._dead_lettered: set[int] = set()
         self._filter: tuple[str, Filter] | None = None
+        self._contended_until = 0.0
         self._cond = threading.Condition()
         self._pulls: list[PullRequest] = []
         self._acks: list[AckRequest] = []
@@ -210,14 +212,27 @@ class Dispatcher:
                     for pull in pulls:
                         pull.planned = True
                     self._nudged = False
+                started = time.monotonic()
                 self._cycle(acks, truncates, pulls)
                 last_work = time.monotonic()
                 next_poll = last_work + self._settings.pull_poll_interval_s
+                if last_work < self._contended_until:
+                    self._pace(min(PACE_MAX_S, PACE_FACTOR * (last_work - started)))
         except Exception:  # a bug: fail what is queued rather than hang it
             log.exception("dispatcher for %s crashed", self.subscription.name)
             self.stop(errors.Internal("delivery dispatcher failed"))
         finally:
             self._on_exit(self)
+
+    def _contended(self) -> None:
+        self._contended_until = time.monotonic() + CONTENTION_MEMORY_S
+
+    def _pace(self, seconds: float) -> None:
+        """Let other processes' dispatchers commit; requests queue and batch meanwhile."""
+        until = time.monotonic() + seconds
+        with self._cond:
+            while not self._stopped and (remaining := until - time.monotonic()) > 0:
+                self._cond.wait(timeout=remaining)
 
     def _expire_waiting_pulls(self, now: float) -> None:
         expired = [p for p in self._pulls if p.planned and p.wait_until <= now]
@@ -243,6 +258,7 @@ class Dispatcher:
                 lambda: self._attempt(acks, truncates, demand),
                 table="leases",
                 attempts=self._settings.commit_attempts,
+                on_conflict=self._contended,
             )
         except errors.LakePubSubError as exc:
             for request in acks:

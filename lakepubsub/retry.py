@@ -47,6 +47,7 @@ def optimistic(
     table: str,
     attempts: int = constants.COMMIT_ATTEMPTS,
     budget_s: float = constants.COMMIT_BUDGET_S,
+    on_conflict: Callable[[], None] | None = None,
 ) -> T:
     """Run ``attempt`` until its commit wins or the retry budget is spent.
 
@@ -61,6 +62,8 @@ def optimistic(
             return attempt()
         except CommitFailedError:
             metrics.COMMIT_CONFLICTS.labels(table).inc()
+            if on_conflict is not None:
+                on_conflict()
             if not budget.another():
                 break
             time.sleep(backoff_s(budget.tries - 1, time.monotonic() - started))

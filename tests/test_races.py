@@ -21,6 +21,7 @@ from lakepubsub import (
     SubscriptionName,
     Topic,
     TopicName,
+    errors,
 )
 
 TOPIC = TopicName("proj", "race")
@@ -44,6 +45,14 @@ def _publisher(uri: str, options: dict[str, str], index: int, out: str) -> None:
             time.sleep(random.uniform(0, 0.05))
 
 
+def _retry(call):  # type: ignore[no-untyped-def]
+    while True:
+        try:
+            return call()
+        except errors.Aborted:
+            continue
+
+
 def _consumer(
     uri: str, options: dict[str, str], sub: str, chaos: bool, done: str, out: str
 ) -> None:
@@ -52,7 +61,10 @@ def _consumer(
     idle_since = time.monotonic()
     with Engine(_settings(uri, options)) as engine, open(out, "w") as log:
         while True:
-            received = engine.pull(name, max_messages=rng.randint(1, 30))
+            try:
+                received = engine.pull(name, max_messages=rng.randint(1, 30))
+            except errors.Aborted:  # as any client does on ABORTED: retry
+                continue
             now = time.time()
             if not received:
                 if os.path.exists(done) and time.monotonic() - idle_since > 3.0:
@@ -69,11 +81,12 @@ def _consumer(
                     ack.append((r.ack_id, entry))
             for ack_id, entry in release:
                 entry["released"] = time.time()
-                engine.modify_ack_deadline(name, [ack_id], rng.choice([0, 1]))
+                _retry(lambda a=ack_id: engine.modify_ack_deadline(name, [a], rng.choice([0, 1])))
                 entry["event"] = "released"
                 log.write(json.dumps(entry) + "\n")
             if ack:
-                failures = engine.acknowledge(name, [a for a, _ in ack])
+                ids = [a for a, _ in ack]
+                failures = _retry(lambda ids=ids: engine.acknowledge(name, ids))
                 for ack_id, entry in ack:
                     entry["event"] = "ack-failed" if ack_id in failures else "acked"
                     log.write(json.dumps(entry) + "\n")
