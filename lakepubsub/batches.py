@@ -140,9 +140,7 @@ def _check_entries(attrs: pa.MapArray) -> None:
             raise errors.InvalidArgument(f"messages[{message_of(j)}]: {describe(j)}")
 
 
-def _first(
-    mask: pa.Array, message: str, describe: Callable[[int], str] | None = None
-) -> None:
+def _first(mask: pa.Array, message: str, describe: Callable[[int], str] | None = None) -> None:
     bad = pc.indices_nonzero(pc.fill_null(mask, False))
     if len(bad):
         i = bad[0].as_py()
