@@ -34,10 +34,18 @@ PUSH_FILTERS = "pushfilters"
 # Filters that belong to the relation itself (JSON [[column, op, value], ...]):
 # they prune files and rows and are safe however often the DataFrame is reused.
 FILTERS = "filters"
+BATCH_ROWS = "batchrows"
+MAX_PARTITION_BYTES = "maxpartitionbytes"
+MIN_PARTITIONS = "minpartitions"
+# Bytes of data files one read task takes at most (Spark's spark.sql.files.maxPartitionBytes).
+DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
+# Rows per Arrow batch a read hands Spark: a batch of 1 KiB messages stays near
+# 8 MiB on its way to the JVM.
+DEFAULT_BATCH_ROWS = 8_192
 
 _SOURCE_KEYS = frozenset(
     {PATH, VERSION, VERSION_ALIAS, TIMESTAMP, TXN_APP_ID, TXN_VERSION, PARTITION_BY}
-    | {USER_METADATA, PUSH_FILTERS, FILTERS}
+    | {USER_METADATA, PUSH_FILTERS, FILTERS, BATCH_ROWS, MAX_PARTITION_BYTES, MIN_PARTITIONS}
 )
 
 
@@ -55,6 +63,9 @@ class SourceOptions:
     user_metadata: str | None = None
     push_filters: bool = False
     filters: tuple[tuple[str, str, Any], ...] = ()
+    batch_rows: int = DEFAULT_BATCH_ROWS
+    max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
+    min_partitions: int = 1
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -83,6 +94,9 @@ class SourceOptions:
             user_metadata=opts.get(USER_METADATA),
             push_filters=opts.get(PUSH_FILTERS, "false").lower() == "true",
             filters=_filter_triples(opts.get(FILTERS, "")),
+            batch_rows=_int_or(BATCH_ROWS, opts, DEFAULT_BATCH_ROWS) or DEFAULT_BATCH_ROWS,
+            max_partition_bytes=_int_or(MAX_PARTITION_BYTES, opts, DEFAULT_MAX_PARTITION_BYTES),
+            min_partitions=_int_or(MIN_PARTITIONS, opts, 1) or 1,
         )
 
     @property
@@ -128,6 +142,11 @@ def _int_option(name: str, text: str | None) -> int | None:
     if value < 0:
         raise errors.InvalidArgument(f"lakedelta: option {name} must not be negative")
     return value
+
+
+def _int_or(name: str, options: Mapping[str, str], default: int) -> int:
+    value = _int_option(name, options.get(name))
+    return default if value is None else value
 
 
 def _filter_triples(text: str) -> tuple[tuple[str, str, Any], ...]:

@@ -9,7 +9,15 @@ Options (keys are case-insensitive)::
     txnVersion        recorded this app id at this version or later)
     partitionBy     partition columns when a write creates the table (comma-separated)
     userMetadata    stored in the commit's commitInfo
-    pushFilters     "false" for sessions without spark.sql.python.filterPushdown.enabled
+    filters         JSON [[column, op, value], ...]: the relation holds only matching rows;
+                    files are skipped by their statistics (ops: = != < <= > >= in,
+                    "not in", "is null", "is not null")
+    pushFilters     "true" to take filters Spark pushes (needs
+                    spark.sql.python.filterPushdown.enabled). Off by default: Spark
+                    4.2.0 keeps a pushdown's read plan on the relation, so a later
+                    query on the same DataFrame or view that pushes no filter would
+                    reuse it and silently miss rows. Use it on single-query relations.
+    batchRows       rows per Arrow batch handed to Spark (default 8192)
     anything else   a delta-rs storage option, e.g. AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,
                     AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ALLOW_HTTP
 

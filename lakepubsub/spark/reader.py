@@ -23,16 +23,12 @@ from lakepubsub.spark import _filters, _scan, _table
 from lakepubsub.spark._files import TableFiles
 from lakepubsub.spark._options import SourceOptions
 
-# Rows per Arrow batch handed to Spark: small enough that a batch of 1 KiB
-# messages stays near 8 MiB on its way to the JVM.
-BATCH_ROWS = 8_192
-
 
 @dataclass(frozen=True)
-class FilePartition(InputPartition):
-    """One data file to read."""
+class FilesPartition(InputPartition):
+    """Whole data files one task reads, in order."""
 
-    file: _scan.DataFile
+    files: tuple[_scan.DataFile, ...]
 
 
 class DeltaReader(DataSourceReader):
@@ -62,13 +58,19 @@ class DeltaReader(DataSourceReader):
         columns = _table.partition_columns(table)
         actions, files = _scan.data_files(table, columns)
         kept = _scan.prune(actions, files, self.filters, _table.arrow_schema(table), columns)
-        return [FilePartition(f) for f in kept]
+        groups = _scan.pack(
+            kept,
+            max_bytes=self.options.max_partition_bytes,
+            min_partitions=self.options.min_partitions,
+        )
+        return [FilesPartition(group) for group in groups]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, FilePartition):  # an empty table plans one placeholder
+        if not isinstance(partition, FilesPartition):  # an empty table plans one placeholder
             return
         target = to_arrow_schema(self.schema, timezone="UTC")
-        yield from read_file(self.options, partition.file, target, self.filters)
+        for file in partition.files:
+            yield from read_file(self.options, file, target, self.filters)
 
 
 class DeltaFilterReader(DeltaReader):
@@ -107,7 +109,7 @@ def read_file(
     late = expression is not None and any(_filters.column_of(f) not in present for f in row_filters)
     columns = [name for name in target.names if name in present and name not in constants]
     batches = dataset.to_batches(
-        columns=columns, filter=None if late else expression, batch_size=BATCH_ROWS
+        columns=columns, filter=None if late else expression, batch_size=options.batch_rows
     )
     for batch in batches:
         out = conform(batch, target, constants)

@@ -82,6 +82,7 @@ def create_view(
     timestamp: datetime | str | None = None,
     storage_options: Mapping[str, str] | None = None,
     filters: Sequence[tuple[str, str, Any]] = (),
+    columns: Sequence[str] | None = None,
     mode: ReadMode = "auto",
 ) -> DataFrame:
     """Make a temporary view ``name`` of one pinned table version, for Spark SQL.
@@ -98,6 +99,7 @@ def create_view(
         timestamp=timestamp,
         storage_options=storage_options,
         filters=filters,
+        columns=columns,
         mode=mode,
     )
     frame.createOrReplaceTempView(name)

@@ -42,8 +42,13 @@ def test_s3_round_trip(spark: SparkSession, moto_server: S3Server) -> None:
         expected.to_pylist(), key=lambda r: r["offset"]
     )
     pruned = read_table(spark, path, storage_options=storage, filters=[("offset", "<", 5)])
-    assert pruned.rdd.getNumPartitions() == 1
     assert pruned.count() == 5
+    one_task_per_file = (
+        spark.read.format(SOURCE_NAME)
+        .options(**storage, maxPartitionBytes="0", filters='[["offset", "<", 5]]')
+        .load(path)
+    )
+    assert one_task_per_file.rdd.getNumPartitions() == 1
     assert read_table(spark, path, version=0, storage_options=storage).count() == ROWS_PER_FILE
 
     new = spark.createDataFrame(message_rows(3 * ROWS_PER_FILE, 7)).repartition(2)

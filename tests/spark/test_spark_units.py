@@ -22,7 +22,7 @@ from pyspark.sql.datasource import (
 )
 
 from lakepubsub import errors
-from lakepubsub.spark import _commit, _filters, _stats
+from lakepubsub.spark import _commit, _filters, _scan, _stats
 from lakepubsub.spark._options import SourceOptions
 
 UTC = dt.UTC
@@ -191,3 +191,26 @@ def test_partition_directories_escape_like_hive() -> None:
     assert _commit.partition_string("") is None
     assert _commit.partition_string(True) == "true"
     assert _commit.partition_string(dt.date(2024, 2, 3)) == "2024-02-03"
+
+
+def test_pack_groups_small_files_like_spark() -> None:
+    mib = 1024 * 1024
+    sizes = [10, 60, 1, 60, 10]
+    files = [_scan.DataFile(f"f{i}", size * mib, None, ()) for i, size in enumerate(sizes)]
+
+    def paths(groups: list[tuple[_scan.DataFile, ...]]) -> list[list[str]]:
+        return [[f.path for f in g] for g in groups]
+
+    # Largest first; each file also costs 4 MiB to open.
+    assert paths(_scan.pack(files, max_bytes=128 * mib, min_partitions=1)) == [
+        ["f1", "f3"],
+        ["f0", "f4", "f2"],
+    ]
+    # Smaller groups when there are more cores than groups: 161 MiB / 4 cores.
+    assert paths(_scan.pack(files, max_bytes=128 * mib, min_partitions=4)) == [
+        ["f1"],
+        ["f3"],
+        ["f0", "f4", "f2"],
+    ]
+    assert len(_scan.pack(files, max_bytes=0, min_partitions=1)) == 5
+    assert _scan.pack([], max_bytes=128 * mib, min_partitions=2) == []
