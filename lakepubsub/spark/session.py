@@ -89,8 +89,9 @@ def create_view(
 
     The arguments are ``read_table``'s.
     The view keeps showing the version current when it was created; call again
-    to move it forward. SQL can also create a live view directly:
-    ``CREATE TEMPORARY VIEW v USING lakedelta OPTIONS (path '...')``.
+    to move it forward. SQL can make one too, pinned the same way, on the
+    Python data source path: ``CREATE TEMPORARY VIEW v USING lakedelta OPTIONS
+    (path '...')``.
     """
     frame = read_table(
         spark,
