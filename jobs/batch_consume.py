@@ -36,10 +36,10 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from jobs.common import FileStats, JobContext, Stopwatch
@@ -48,8 +48,9 @@ from lakepubsub.names import SubscriptionName
 from lakepubsub.topic_table import MessagesTable
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import DataFrame
+
+    from lakepubsub.filters import Filter
 
 log = logging.getLogger("lakepubsub.jobs.batch_consume")
 
@@ -191,15 +192,24 @@ def _messages_frame(
     )
     if not filter_text:
         return frame
+    return frame.where(_filter_udf(filter_text)("attributes"))
 
-    def matching(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+
+def _filter_udf(text: str) -> Any:
+    """The subscription filter as a Spark UDF over the attributes map (plain Python
+    UDF: Arrow UDFs and mapInArrow would need pandas on the executors)."""
+    from pyspark.sql.functions import udf
+
+    compiled: dict[str, Filter] = {}
+
+    def matches(attributes: dict[str, str] | None) -> bool:
         from lakepubsub.subscriptions import parse_subscription_filter
 
-        match = parse_subscription_filter(filter_text)
-        for batch in batches:
-            yield batch.filter(match.mask(batch.column("attributes")))
+        if text not in compiled:
+            compiled[text] = parse_subscription_filter(text)
+        return compiled[text].matches(attributes or {})
 
-    return frame.mapInArrow(matching, frame.schema)
+    return udf(matches, "boolean", useArrow=False)
 
 
 def _target_storage(ctx: JobContext, target: str) -> dict[str, str] | None:
