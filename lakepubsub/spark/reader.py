@@ -1,8 +1,9 @@
-"""The batch reader: one Spark partition per data file of a pinned table version.
+"""The batch reader: Spark partitions of whole data files of a pinned table version.
 
-Planning (driver) pins the version, lists its add actions and prunes them with
-the pushed filters; ``read`` (executor) opens one parquet file with pyarrow,
-applies the pushed filters row by row, adds the file's partition values and
+Planning (driver) pins the version, lists its add actions, prunes them with the
+filters and packs the survivors into read tasks (one file per task with
+``maxPartitionBytes=0``). ``read`` (executor) opens each parquet file with
+pyarrow, applies the filters row by row, adds the file's partition values and
 yields Arrow batches in exactly the schema Spark asked for.
 """
 
@@ -100,7 +101,9 @@ def read_file(
         for name, value in file.partition_values
         if name in target.names
     }
-    row_filters = [f for f in filters if _filters.column_of(f) not in constants]
+    # Partition-column filters were decided for the whole file at planning.
+    partition_names = {name for name, _ in file.partition_values}
+    row_filters = [f for f in filters if _filters.column_of(f) not in partition_names]
     expression = _filters.conjunction(
         [_filters.to_expression(f, target.field(_filters.column_of(f)).type) for f in row_filters]
     )

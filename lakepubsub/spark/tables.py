@@ -85,6 +85,8 @@ def read_table(
     """
     from lakepubsub.spark.session import register_source
 
+    if mode not in ("auto", "parquet", "python"):
+        raise errors.InvalidArgument(f"read mode {mode!r}: use auto, parquet or python")
     options = SourceOptions.parse(
         {
             "path": path,
@@ -99,8 +101,6 @@ def read_table(
         version=options.version,
         timestamp=options.timestamp,
     )
-    if mode not in ("auto", "parquet", "python"):
-        raise errors.InvalidArgument(f"read mode {mode!r}: use auto, parquet or python")
     try:
         pushed = _filters.from_triples(list(filters), _table.arrow_schema(table))
     except _filters.UnsupportedFilter as exc:

@@ -6,7 +6,14 @@ and that its partition values fit the table's partition columns (delta-rs's
 ``create_write_transaction`` checks neither), then commits one transaction.
 With ``txnAppId``/``txnVersion`` the commit records the pair and a repeat of an
 already recorded (or older) version commits nothing: exactly-once for a
-scheduled job that retries a batch. A failed write deletes its files.
+scheduled job that retries a batch. A failed write deletes its files; files of
+task attempts Spark discards (a killed executor, a losing speculative attempt)
+are never committed and go with the next vacuum.
+
+Append adds rows; overwrite replaces every row of the table. The DataFrame's
+columns must match the table's by name (any case) and type; table columns it
+lacks are written as nulls. A write to a path without a table creates one
+(``partitionBy`` option for its partition columns).
 """
 
 from __future__ import annotations
