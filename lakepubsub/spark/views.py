@@ -24,7 +24,8 @@ lists the view of each topic.
 
 Each view reads one table version pinned when ``register`` runs: the latest,
 the one given for that view in ``versions``, or the last one committed at or
-before ``timestamp`` (time travel; topics created after it are left out).
+before ``timestamp`` (time travel; a topic created after it shows its first,
+empty version).
 Backlog views always show the current cursor. Call ``register`` again to
 move every view forward; it drops the views it made before.
 """

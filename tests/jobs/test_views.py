@@ -1,0 +1,178 @@
+"""Spark SQL views over a lake, the `lakepubsub sql` command and docs/spark.md's examples."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from jobtools import context
+from pyspark.sql import SparkSession
+from support import LakeSpec
+
+from jobs import truncate
+from jobs.cli import sql
+from lakepubsub import Engine
+from lakepubsub.messages import PublishMessage
+from lakepubsub.names import SubscriptionName, TopicName
+from lakepubsub.spark.views import register, view_name
+from lakepubsub.subscriptions import Subscription, TruncationPolicy
+from lakepubsub.topics import Topic
+
+DOCS = Path(__file__).parents[2] / "docs" / "spark.md"
+REGIONS = ("eu", "us")
+
+
+@pytest.fixture
+def shop(local_engine: Engine, local_lake: LakeSpec, spark: SparkSession) -> Engine:
+    """docs/spark.md's lake: shop/orders with regions, an audit subscription, a truncation."""
+    engine = local_engine
+    orders = engine.create_topic(Topic(TopicName("shop", "orders")))
+    audit = engine.create_subscription(
+        Subscription(SubscriptionName("shop", "orders-audit"), orders.name)
+    )
+    engine.create_subscription(
+        Subscription(
+            SubscriptionName("shop", "orders-small"),
+            orders.name,
+            truncation_policy=TruncationPolicy(max_bytes=100),
+        )
+    )
+    for batch in range(3):
+        engine.publish(
+            orders.name,
+            [
+                PublishMessage(f"order {batch * 10 + i}".encode(), {"region": REGIONS[i % 2]})
+                for i in range(10)
+            ],
+        )
+    received = engine.pull(audit.name, max_messages=4, return_immediately=True)
+    engine.acknowledge(audit.name, [r.ack_id for r in received[:2]])
+    with context(local_lake, spark) as ctx:
+        truncate.run(ctx, truncate.TruncateOptions(delete_messages=False))
+    return engine
+
+
+def test_views_show_history_backlogs_and_truncations(
+    shop: Engine, local_lake: LakeSpec, spark: SparkSession
+) -> None:
+    views = {v.name: v for v in register(spark, local_lake.settings())}
+    assert set(views) == {
+        "shop__orders",
+        "shop__orders_audit__backlog",
+        "shop__orders_small__backlog",
+        "topics",
+        "subscriptions",
+        "truncations",
+    }
+    assert views["shop__orders"].resource == "projects/shop/topics/orders"
+    hourly = spark.sql(
+        "SELECT attributes['region'] AS region, count(*) AS n FROM shop__orders GROUP BY 1"
+    ).collect()
+    assert sorted((r["region"], r["n"]) for r in hourly) == [("eu", 15), ("us", 15)]
+    found = spark.sql(
+        "SELECT offset, CAST(data AS STRING) AS text FROM shop__orders WHERE message_id = '7'"
+    ).collect()
+    assert [(r["offset"], r["text"]) for r in found] == [(7, "order 7")]
+    # The audit backlog: 2 leased (pulled, not acked), 26 never delivered.
+    backlog = spark.sql(
+        "SELECT offset, lease_state, delivery_attempts FROM shop__orders_audit__backlog"
+    ).collect()
+    assert sorted(r["offset"] for r in backlog) == list(range(2, 30))
+    assert sorted(r["offset"] for r in backlog if r["lease_state"] == "leased") == [2, 3]
+    subs = {r["subscription"]: r for r in spark.sql("SELECT * FROM subscriptions").collect()}
+    assert (subs["orders-audit"]["floor"], subs["orders-audit"]["backlog_messages"]) == (2, 28)
+    [cut] = spark.sql("SELECT * FROM truncations").collect()
+    assert (cut["subscription"], cut["reason"]) == (
+        "projects/shop/subscriptions/orders-small",
+        "max_bytes",
+    )
+    assert spark.sql("SELECT count(*) AS n FROM shop__orders_small__backlog").first()["n"] == (
+        30 - cut["end_offset"]
+    )
+    [topic] = spark.sql("SELECT * FROM topics").collect()
+    assert (topic["view"], topic["oldest_offset"], topic["head"]) == ("shop__orders", 0, 30)
+
+
+def test_time_travel_and_refresh(shop: Engine, local_lake: LakeSpec, spark: SparkSession) -> None:
+    orders = TopicName("shop", "orders")
+    register(spark, local_lake.settings())
+    assert spark.sql("SELECT count(*) AS n FROM shop__orders").first()["n"] == 30
+    shop.publish(orders, [PublishMessage(b"late")])
+    assert spark.sql("SELECT count(*) AS n FROM shop__orders").first()["n"] == 30  # pinned
+    register(spark, local_lake.settings(), versions={"shop__orders": 2})
+    assert spark.sql("SELECT count(*) AS n FROM shop__orders").first()["n"] == 20
+    register(spark, local_lake.settings())
+    assert spark.sql("SELECT count(*) AS n FROM shop__orders").first()["n"] == 31
+    register(spark, local_lake.settings(), timestamp="2000-01-01T00:00:00Z")
+    # Before the topic's first publish: its first version, empty.
+    assert spark.sql("SELECT count(*) AS n FROM shop__orders").first()["n"] == 0
+
+
+def test_colliding_names_get_uid_suffixes(
+    local_engine: Engine, local_lake: LakeSpec, spark: SparkSession
+) -> None:
+    first = local_engine.create_topic(Topic(TopicName("my-shop", "a-b")))
+    second = local_engine.create_topic(Topic(TopicName("my-shop", "a.b")))
+    third = local_engine.create_topic(Topic(TopicName("my-shop", "A_b")))
+    names = {v.resource: v.name for v in register(spark, local_lake.settings())}
+    assert view_name("my-shop", "a-b") == "my_shop__a_b"
+    # Name order: "A_b" < "a-b" < "a.b"; the first keeps the plain name.
+    assert names[third.name.path] == "my_shop__A_b"
+    assert names[first.name.path] == f"my_shop__a_b__{first.uid[:8]}"
+    assert names[second.name.path] == f"my_shop__a_b__{second.uid[:8]}"
+    for view in names.values():
+        assert spark.sql(f"SELECT count(*) AS n FROM {view}").first()["n"] == 0
+
+
+def test_docs_examples_run(shop: Engine, local_lake: LakeSpec, spark: SparkSession) -> None:
+    """Every SQL block of docs/spark.md runs against the lake the docs describe."""
+    register(spark, local_lake.settings())
+    blocks = re.findall(r"```sql\n(.*?)```", DOCS.read_text(), re.DOTALL)
+    assert len(blocks) >= 6
+    results = {}
+    location = spark.sql("SELECT location FROM topics").first()["location"]
+    for block in blocks:
+        statement = block.replace("/path/from/topics.location", location)
+        if statement.lstrip().startswith("CREATE TEMPORARY VIEW"):
+            statement = statement.replace("'3'", "'1'")
+        results[statement.split("\n")[0]] = spark.sql(statement).collect()
+    hourly = next(v for k, v in results.items() if "date_trunc" in k)
+    assert sum(r["messages"] for r in hourly) == 30
+    assert {r["region"] for r in hourly} == set(REGIONS)
+    assert spark.sql("SELECT count(*) AS n FROM orders_v3").first()["n"] == 10
+
+
+def test_sql_command(shop: Engine, local_lake: LakeSpec, spark: SparkSession) -> None:
+    runner = CliRunner()
+    query = (
+        "SELECT attributes['region'] AS region, count(*) AS n"
+        " FROM shop__orders GROUP BY 1 ORDER BY 1"
+    )
+    table = runner.invoke(sql, [query, "--lake", local_lake.uri])
+    assert table.exit_code == 0, table.output
+    lines = table.output.splitlines()
+    assert lines[0].split() == ["region", "|", "n"]
+    assert lines[2].split() == ["eu", "|", "15"] and lines[3].split() == ["us", "|", "15"]
+    assert lines[-1] == "(2 rows)"
+    pinned = runner.invoke(
+        sql,
+        [
+            *("SELECT * FROM shop__orders ORDER BY offset", "--lake", local_lake.uri),
+            *("--version", "shop__orders=1", "--format", "json", "--max-rows", "3"),
+        ],
+    )
+    assert pinned.exit_code == 0, pinned.output
+    rows = [json.loads(line) for line in pinned.stdout.splitlines()]
+    assert [r["offset"] for r in rows] == [0, 1, 2]
+    assert rows[0]["data"] == "order 0" and rows[0]["attributes"] == {"region": "eu"}
+    bad = runner.invoke(sql, ["SELECT 1", "--lake", local_lake.uri, "--version", "nope"])
+    assert bad.exit_code == 2
+
+
+def test_empty_lake_has_the_lake_wide_views(spark: SparkSession, local_lake: LakeSpec) -> None:
+    views = register(spark, local_lake.settings())
+    assert {v.name for v in views} == {"topics", "subscriptions", "truncations"}
+    assert spark.sql("SELECT count(*) AS n FROM truncations").first()["n"] == 0
