@@ -138,3 +138,33 @@ def test_views_answer_sql(spark: SparkSession, messages_table: MessagesFactory) 
 def test_missing_table(spark: SparkSession, tmp_path: Path) -> None:
     with pytest.raises(errors.NotFound):
         read_table(spark, str(tmp_path / "nothing"))
+
+
+def test_columns_project_both_paths(spark: SparkSession, messages_table: MessagesFactory) -> None:
+    path = messages_table(files=2)
+    wanted = ["size", "offset"]
+    triples = [("ordering_key", "=", "key2")]
+    frames = [
+        read_table(spark, path, columns=wanted, filters=triples, mode=mode)
+        for mode in ("parquet", "python")
+    ]
+    assert [f.columns for f in frames] == [wanted, wanted]
+    assert rows_of(frames[0]) == rows_of(frames[1])
+    assert sorted(r["offset"] for r in frames[1].collect()) == list(range(2, 40, 4))
+    with pytest.raises(errors.InvalidArgument, match="not in the table"):
+        read_table(spark, path, columns=["nope"])
+
+
+def test_default_source_needs_no_pushdown_setting(
+    spark: SparkSession, messages_table: MessagesFactory
+) -> None:
+    path = messages_table(files=1)
+    setting = "spark.sql.python.filterPushdown.enabled"
+    spark.conf.set(setting, "false")
+    try:
+        frame = spark.read.format("lakedelta").load(path)
+        assert frame.where("offset < 3").count() == 3
+        with pytest.raises(Exception, match="DATA_SOURCE_PUSHDOWN_DISABLED"):
+            spark.read.format("lakedelta").option("pushFilters", "true").load(path).count()
+    finally:
+        spark.conf.set(setting, "true")
