@@ -223,21 +223,23 @@ def measure(
         [_policy_row(s, states[s.uid], now_us) for s in subs],
         "sub string, frontier long, max_bytes long, cutoff_us long",
     )
-    outstanding = spark.createDataFrame(
-        [
-            (s.uid, key[1])
-            for s in subs
-            for key in states[s.uid].rows
-            if key[0] == schemas.KIND_MESSAGE and key[1] < states[s.uid].cursor.frontier
-        ],
-        "sub string, offset long",
-    ).join(sf.broadcast(policies), "sub")
     columns = ["sub", "offset", "publish_time", "size", "max_bytes", "cutoff_us"]
-    backlog = (
-        frame.join(sf.broadcast(policies), frame["offset"] >= policies["frontier"])
-        .select(*columns)
-        .unionByName(frame.join(sf.broadcast(outstanding), "offset").select(*columns))
+    backlog = frame.join(sf.broadcast(policies), frame["offset"] >= policies["frontier"]).select(
+        *columns
     )
+    behind = [
+        (s.uid, key[1])
+        for s in subs
+        for key in states[s.uid].rows
+        if key[0] == schemas.KIND_MESSAGE and key[1] < states[s.uid].cursor.frontier
+    ]
+    if behind:  # messages out on a lease or waiting for redelivery, below the frontier
+        outstanding = spark.createDataFrame(behind, "sub string, offset long").join(
+            sf.broadcast(policies), "sub"
+        )
+        backlog = backlog.unionByName(
+            frame.join(sf.broadcast(outstanding), "offset").select(*columns)
+        )
     return _collect(_dropped(backlog))
 
 

@@ -1,0 +1,298 @@
+"""The maintenance jobs at scale: compaction of many small files, truncation of a large backlog.
+
+    python -m bench.jobs_bench [--messages N] [--files N] [--publishes N] [--quick]
+
+1. Builds a local lake with one topic whose messages table holds ``--messages``
+   messages of 1 KiB random data in ``--files`` small files (committed 1,000
+   files per commit, so the log is short and only the file count is large),
+   and one subscription with a truncation policy of a tenth of the bytes,
+   created before the data.
+2. Starts the API (uvicorn, one worker) on the lake and measures single-message
+   publish latency over HTTP (``--publishes`` sequential requests).
+3. Runs the compaction job while a client keeps publishing (latency during),
+   then measures publish latency again (after). Reports the job's time and the
+   messages table's files before and after, and checks the offsets.
+4. Runs the truncation job on the (compacted) table: Spark measures the 1M-row
+   backlog, the subscription is truncated, and the rows nothing needs any more
+   are deleted. Reports the Spark session start separately from the job.
+
+Writes bench/results/jobs.md (jobs-quick.md with --quick).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+from deltalake.transaction import AddAction
+
+from jobs import compact, truncate
+from jobs.common import FileStats, JobContext
+from lakepubsub import Engine, Settings, schemas
+from lakepubsub.names import SubscriptionName, TopicName
+from lakepubsub.spark._stats import FileStats as SparkFileStats
+from lakepubsub.subscriptions import Subscription, TruncationPolicy
+from lakepubsub.topics import Topic
+
+RESULTS = Path(__file__).parent / "results"
+DATA_BYTES = 1024
+ATTRIBUTE_VALUES = 16
+FULL_MESSAGES = 1_000_000
+FULL_FILES = 10_000
+QUICK_MESSAGES = 50_000
+QUICK_FILES = 500
+ADDS_PER_COMMIT = 1_000
+PUBLISHES = 200
+PROJECT = "bench"
+
+
+@dataclass
+class Latency:
+    samples_ms: list[float] = field(default_factory=list)
+    errors: int = 0
+
+    def line(self) -> str:
+        if not self.samples_ms:
+            return f"no samples ({self.errors} errors)"
+        ordered = sorted(self.samples_ms)
+        p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+        return (
+            f"p50 {statistics.median(ordered):.1f} ms, p99 {p99:.1f} ms, "
+            f"max {ordered[-1]:.1f} ms, n={len(ordered)}, errors={self.errors}"
+        )
+
+
+def build(lake: str, messages: int, files: int) -> tuple[TopicName, SubscriptionName]:
+    """The topic, its policed subscription, and ``messages`` rows in ``files`` files.
+
+    delta-rs's writer will not cut files this small, so the files are written
+    with pyarrow and committed, 1,000 add actions per commit, with statistics
+    computed as the ``lakedelta`` writer computes them.
+    """
+    topic = TopicName(PROJECT, "orders")
+    sub = SubscriptionName(PROJECT, "orders-capped")
+    with Engine(Settings(lake=lake)) as engine:
+        created = engine.create_topic(Topic(topic))
+        cap = messages * (DATA_BYTES + 4) // 10
+        engine.create_subscription(
+            Subscription(sub, topic, truncation_policy=TruncationPolicy(max_bytes=cap))
+        )
+        uri = engine.lake.messages_uri(created.uid)
+    table = DeltaTable(uri)
+    per_file = max(1, messages // files)
+    start_us = time.time_ns() // 1000 - messages  # one message per microsecond, just past
+    actions: list[AddAction] = []
+    for number, first in enumerate(range(0, messages, per_file)):
+        rows = _rows(first, min(per_file, messages - first), start_us)
+        name = f"part-{number:05d}-{uuid.uuid4()}-c000.snappy.parquet"
+        pq.write_table(rows, os.path.join(uri, name), compression="snappy")
+        stats = SparkFileStats(rows.schema)
+        for batch in rows.to_batches():
+            stats.update(batch)
+        size = os.path.getsize(os.path.join(uri, name))
+        actions.append(AddAction(name, size, {}, int(time.time() * 1000), True, stats.to_json()))
+        if len(actions) == ADDS_PER_COMMIT:
+            table.create_write_transaction(actions, mode="append", schema=table.schema())
+            actions = []
+    if actions:
+        table.create_write_transaction(actions, mode="append", schema=table.schema())
+    return topic, sub
+
+
+def _rows(first: int, count: int, start_us: int) -> pa.Table:
+    offsets = pa.array(range(first, first + count), pa.int64())
+    data = pa.Array.from_buffers(
+        pa.binary(),
+        count,
+        [
+            None,
+            pa.array(range(0, (count + 1) * DATA_BYTES, DATA_BYTES), pa.int32()).buffers()[1],
+            pa.py_buffer(os.urandom(count * DATA_BYTES)),
+        ],
+    )
+    values = [f"v{o % ATTRIBUTE_VALUES}" for o in range(first, first + count)]
+    return pa.table(
+        {
+            "offset": offsets,
+            "message_id": offsets.cast(pa.string()),
+            "publish_time": pa.array(
+                range(start_us + first, start_us + first + count), pa.int64()
+            ).cast(schemas.UTC_US),
+            "data": data,
+            "attributes": pa.array([[("k", v)] for v in values], schemas.ATTRIBUTES),
+            "ordering_key": pa.nulls(count, pa.string()),
+            "size": pa.array([DATA_BYTES + 1 + len(v) for v in values], pa.int64()),
+        },
+        schema=schemas.MESSAGES,
+    )
+
+
+class Api:
+    """The REST API on the lake, in its own process."""
+
+    def __init__(self, lake: str) -> None:
+        self.port = _free_port()
+        env = {**os.environ, "LAKEPUBSUB_LAKE": lake, "LAKEPUBSUB_PUSH": "false"}
+        self.process = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory"),
+                *("--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning"),
+            ],
+            env=env,
+        )
+        _wait_for(self.port)
+        self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=60)
+
+    def publish(self, topic: TopicName, latency: Latency) -> None:
+        body = {"messages": [{"data": "aGVsbG8=", "attributes": {"k": "bench"}}]}
+        started = time.perf_counter()
+        try:
+            response = self.client.post(f"/v1/{topic.path}:publish", json=body)
+            response.raise_for_status()
+        except httpx.HTTPError:
+            latency.errors += 1
+            return
+        latency.samples_ms.append((time.perf_counter() - started) * 1000)
+
+    def close(self) -> None:
+        self.client.close()
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_for(port: int, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise TimeoutError(f"the API did not start on port {port}")
+
+
+def measure(api: Api, topic: TopicName, count: int) -> Latency:
+    latency = Latency()
+    for _ in range(count):
+        api.publish(topic, latency)
+    return latency
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--messages", type=int, default=FULL_MESSAGES)
+    parser.add_argument("--files", type=int, default=FULL_FILES)
+    parser.add_argument("--publishes", type=int, default=PUBLISHES)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    if args.quick:
+        args.messages, args.files = QUICK_MESSAGES, QUICK_FILES
+    lines = [f"# Jobs benchmark{' (quick)' if args.quick else ''}", ""]
+
+    def say(text: str) -> None:
+        print(text, flush=True)
+        lines.append(text)
+
+    say(
+        f"{platform.node()}: {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"load average {os.getloadavg()[0]:.1f} at start, {time.strftime('%Y-%m-%d %H:%M')}"
+    )
+    with tempfile.TemporaryDirectory(prefix="lakepubsub-jobs-bench-") as lake:
+        started = time.perf_counter()
+        topic, _ = build(lake, args.messages, args.files)
+        settings = Settings(lake=lake)
+        with Engine(settings) as engine:
+            uri = engine.lake.messages_uri(engine.get_topic(topic).uid)
+        before = FileStats.of(DeltaTable(uri))
+        say(
+            f"\nData: {before.rows:,} messages of {DATA_BYTES} B in {before.files:,} files, "
+            f"{before.bytes / 2**20:.0f} MiB, table version {before.version} "
+            f"(built in {time.perf_counter() - started:.0f} s)"
+        )
+        api = Api(lake)
+        try:
+            measure(api, topic, 20)  # warm-up: the server loads the table once
+            latency_before = measure(api, topic, args.publishes)
+            say(f"\nPublish latency before compaction: {latency_before.line()}")
+
+            during = Latency()
+            stop = threading.Event()
+
+            def keep_publishing() -> None:
+                while not stop.is_set():
+                    api.publish(topic, during)
+
+            thread = threading.Thread(target=keep_publishing)
+            thread.start()
+            with JobContext(settings) as ctx:
+                report = compact.run(ctx, compact.CompactOptions(parallelism=2))
+            stop.set()
+            thread.join()
+            [result] = [t for t in report.tables if t.kind == "messages"]
+            say(
+                f"\n## Compaction\n\n`compact.run` (delta-rs optimize, 128 MiB target, "
+                f"checkpoint, vacuum at 168 h): {report.seconds:.1f} s for the whole lake, "
+                f"{result.seconds:.1f} s for the messages table: files {result.files_before:,} -> "
+                f"{result.files_after:,}, rows {result.rows_before:,} -> {result.rows_after:,} "
+                f"(status {result.status})"
+            )
+            say(f"Publish latency during compaction: {during.line()}")
+            latency_after = measure(api, topic, args.publishes)
+            say(f"Publish latency after compaction: {latency_after.line()}")
+            offsets = DeltaTable(uri).to_pyarrow_table(columns=["offset"])["offset"]
+            expected = args.messages + 20 + len(during.samples_ms) + 2 * args.publishes
+            dense = sorted(offsets.to_pylist()) == list(range(expected))
+            say(f"Offsets after: {len(offsets):,} rows, dense and unique: {dense}")
+        finally:
+            api.close()
+
+        from lakepubsub.spark import local_session
+
+        session_started = time.perf_counter()
+        spark = local_session("bench-jobs", "local[*]")
+        session_s = time.perf_counter() - session_started
+        with JobContext(settings, spark=spark) as ctx:
+            report_t = truncate.run(ctx)
+        [cut] = report_t.truncations
+        [cleanup] = report_t.topics
+        say(
+            f"\n## Truncation\n\nSpark session start (local[*]): {session_s:.1f} s\n"
+            f"`truncate.run` on {expected:,} messages: {report_t.seconds:.1f} s — "
+            f"truncated {cut.subscription} [{cut.first_offset:,}, {cut.end_offset:,}) "
+            f"by {cut.reason}: {cut.messages_dropped:,} messages, "
+            f"{cut.bytes_dropped / 2**20:.0f} MiB; then deleted {cleanup.rows_deleted:,} rows "
+            f"below offset {cleanup.kept_from:,} ({cleanup.status})"
+        )
+        with JobContext(settings, spark=spark) as ctx:
+            again = truncate.run(ctx)
+        say(f"A second run (nothing to do): {again.seconds:.1f} s")
+        spark.stop()
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / ("jobs-quick.md" if args.quick else "jobs.md")
+    out.write_text("\n".join(lines) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
