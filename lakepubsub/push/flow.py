@@ -3,11 +3,13 @@
 Two mechanisms, one per seed:
 
 - ``Backoff`` (seed 003): negative acknowledgements pause delivery for 100 ms
-  to 60 s. The pause is the larger of an exponential term, doubling with each
-  consecutive nack (100 ms, 200 ms, ... 60 s: an endpoint that nacks everything
-  ends up receiving one message every 30-60 s), and a term set by the recent
-  nack fraction (an endpoint nacking one message in five receives one about
-  every 500 ms). While a pause is in force, deliveries go out one at a time.
+  to 60 s. The pause is the larger of two terms: one exponential in the run of
+  consecutive nacks (100 ms at the second, doubling up to 60 s: an endpoint
+  that nacks everything ends up receiving one message every 30-60 s), and one
+  set by the recent nack fraction, a moving average over the last outcomes
+  that fades with time (an endpoint nacking one message in five receives one
+  about every 500 ms). While a pause is in force, deliveries go out one at a
+  time; an isolated nack in a busy stream does not pause it.
 - ``Window`` (seed 000): the number of concurrent push requests. It grows on
   every success (slow start, then additively by one per window of successes)
   and halves on a push-back (HTTP 503 or 429: seed 000's UNAVAILABLE).
@@ -25,19 +27,23 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-# Half-life of the nack-fraction estimate: long enough to average a few dozen
-# outcomes at the rates the back-off allows, short enough that a 60 s pause
-# forgets the failures that caused it (recovery then takes seconds, not minutes).
-NACK_HALF_LIFE_S = 10.0
-# The fraction is taken over at least this many outcomes, so the first nack of
-# an idle subscription reads as 10%, not 100%.
-MIN_OUTCOMES = 10.0
-# Below this nack fraction the fraction term does not pause delivery at all.
-MIN_NACK_FRACTION = 0.02
+# The nack fraction is a moving average over about this many outcomes ...
+NACK_MEMORY_OUTCOMES = 20
+# ... that also fades with time (half-life), so that a long pause forgets the
+# failures that caused it: recovery then takes seconds, not minutes.
+NACK_HALF_LIFE_S = 30.0
+# The fraction term starts pausing delivery when the nack fraction reaches
+# ENGAGE and stops when it falls below RELEASE: an isolated nack in a busy
+# stream (one in 20 recent outcomes) costs nothing, and a steady nack rate is
+# not forgotten during a lucky run of acks.
+ENGAGE_NACK_FRACTION = 0.06
+RELEASE_NACK_FRACTION = 0.02
+# The exponential term starts at the second nack in a row (100 ms, then doubling).
+MIN_CONSECUTIVE = 2
 # Exponent of the fraction term: pause = min_backoff * 2 ** (K * fraction).
-# Calibrated (see tests/push/test_push_flow.py) so that one nack in five
-# gives a nominal 0.67 s pause, 0.5 s on average after jitter (seed 003's example).
-FRACTION_EXPONENT = 13.7
+# Calibrated (tests/push/test_push_flow.py) so that one nack in five gives a
+# delivery every 0.5 s on average, jitter included (seed 003's example).
+FRACTION_EXPONENT = 16.5
 # A pause is drawn uniformly from [JITTER_LOW * nominal, nominal]: all-nack
 # endpoints then see a delivery every 30-60 s, as seed 003 says.
 JITTER_LOW = 0.5
@@ -64,38 +70,45 @@ class Backoff:
         self.max_s = max_s
         self._half_life_s = half_life_s
         self._rng = rng
-        self._nacks = 0.0  # time-decayed counts
-        self._outcomes = 0.0
+        self._fraction = 0.0
         self._updated = 0.0
+        self._engaged = False
         self.consecutive = 0
 
     def record(self, nacked: bool, now: float, *, escalate: bool = True) -> None:
         """Count an outcome. ``escalate`` False: a nack from a burst already counted."""
-        decay = 0.5 ** (max(0.0, now - self._updated) / self._half_life_s)
-        self._nacks *= decay
-        self._outcomes *= decay
+        self._fraction = self.nack_fraction_at(now)
         self._updated = now
-        self._outcomes += 1.0
+        weight = 1.0 / NACK_MEMORY_OUTCOMES
+        self._fraction = (1.0 - weight) * self._fraction + (weight if nacked else 0.0)
+        if self._fraction >= ENGAGE_NACK_FRACTION:
+            self._engaged = True
+        elif self._fraction < RELEASE_NACK_FRACTION:
+            self._engaged = False
         if nacked:
-            self._nacks += 1.0
             if escalate or self.consecutive == 0:
                 self.consecutive += 1
         else:
             self.consecutive = 0
 
+    def nack_fraction_at(self, now: float) -> float:
+        fade: float = 0.5 ** (max(0.0, now - self._updated) / self._half_life_s)
+        return self._fraction * fade
+
     @property
     def nack_fraction(self) -> float:
-        return self._nacks / max(self._outcomes, MIN_OUTCOMES)
+        return self._fraction
 
     def nominal_s(self) -> float:
         """The pause before the next delivery, before jitter; 0 when not backing off."""
         exponential = 0.0
-        if self.consecutive:
-            exponential = min(self.max_s, self.min_s * 2.0 ** min(64, self.consecutive - 1))
-        fraction = self.nack_fraction
+        if self.consecutive >= MIN_CONSECUTIVE:
+            steps = min(64, self.consecutive - MIN_CONSECUTIVE)
+            exponential = min(self.max_s, self.min_s * 2.0**steps)
         proportional = 0.0
-        if fraction >= MIN_NACK_FRACTION:
-            proportional = min(self.max_s, self.min_s * 2.0 ** (FRACTION_EXPONENT * fraction))
+        if self._engaged:
+            exponent = FRACTION_EXPONENT * self.nack_fraction
+            proportional = min(self.max_s, self.min_s * 2.0**exponent)
         return max(exponential, proportional)
 
     def pause_s(self) -> float:
