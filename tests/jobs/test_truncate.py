@@ -84,9 +84,8 @@ def test_policies_drop_oldest_first_and_deliver_an_event(
 
 
 def test_deletes_only_what_nothing_needs_and_keeps_the_newest(
-    local_engine: Engine, local_lake: LakeSpec, spark: SparkSession
+    engine: Engine, lake: LakeSpec, spark: SparkSession
 ) -> None:
-    engine = local_engine
     topic = engine.create_topic(Topic(topic_name("history")))
     fast = engine.create_subscription(Subscription(sub_name("fast"), topic.name))
     slow = engine.create_subscription(Subscription(sub_name("slow"), topic.name))
@@ -97,16 +96,16 @@ def test_deletes_only_what_nothing_needs_and_keeps_the_newest(
     engine.create_snapshot(SnapshotName("proj", "before-20"), slow.name)  # floor 30
     _ack(engine, slow.name, 20)  # slow is now at 50
 
-    with context(local_lake, spark) as ctx:
+    with context(lake, spark) as ctx:
         report = truncate.run(ctx)
     assert [(t.status, t.kept_from, t.rows_deleted) for t in report.topics] == [("ok", 30, 30)]
-    assert table_offsets(uri) == list(range(30, 50))
+    assert table_offsets(uri, lake.storage_options) == list(range(30, 50))
 
     # Eight days on the snapshot has expired: all but the newest row go.
-    with context(local_lake, spark, ahead_s=8 * DAY_S) as ctx:
+    with context(lake, spark, ahead_s=8 * DAY_S) as ctx:
         report = truncate.run(ctx)
     assert [(t.kept_from, t.rows_deleted) for t in report.topics] == [(49, 19)]
-    assert table_offsets(uri) == [49]
+    assert table_offsets(uri, lake.storage_options) == [49]
     # The head did not move back: the next message gets a new offset.
     assert engine.publish(topic.name, messages(1)) == ["50"]
     assert engine.topic_head(topic.name) == 51
