@@ -38,6 +38,7 @@ class Delivery:
     concurrent: int  # requests in progress at arrival, this one included
     status: int = -1  # what the endpoint answered (-1: not yet, or hung up on)
     nth: int = 1  # how many times this message had arrived at this path, this time included
+    finished: float = float("inf")  # time.monotonic() when answered
 
     @property
     def doc(self) -> dict[str, Any]:
@@ -144,6 +145,7 @@ class Endpoint:
         finally:
             with self._lock:
                 self._in_flight -= 1
+                delivery.finished = time.monotonic()
 
     # -- what happened ----------------------------------------------------------------
 
