@@ -562,6 +562,16 @@ def _add_iam_routes(kind: str, prefix: str) -> None:
     param = "" if kind == "project" else kind
     path = f"/v1/projects/{{project}}{prefix}"
 
+    # The handlers read their path parameters from the request (their names vary
+    # by kind), so the document is told about them here.
+    documented = {
+        "parameters": [
+            {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+            for name in ("project", param)
+            if name
+        ]
+    }
+
     def rid(params: Mapping[str, str]) -> str:
         return params.get(param, "") if param else ""
 
@@ -582,19 +592,22 @@ def _add_iam_routes(kind: str, prefix: str) -> None:
         resource = _resource(kind, params["project"], rid(params))
         return _test_permissions(request, engine, resource, body)
 
-    router.add_api_route(
-        f"{path}:getIamPolicy",
-        get_policy,
-        methods=["GET", "POST"],
-        name=f"{kind}_get_iam_policy",
-        response_model=PolicyBody,
-        summary=f"Get the IAM policy of a {kind}",
-    )
+    for method in ("GET", "POST"):  # one route each: an operation id names one method
+        router.add_api_route(
+            f"{path}:getIamPolicy",
+            get_policy,
+            methods=[method],
+            name=f"{kind}_get_iam_policy",
+            openapi_extra=documented,
+            response_model=PolicyBody,
+            summary=f"Get the IAM policy of a {kind}",
+        )
     router.add_api_route(
         f"{path}:setIamPolicy",
         set_policy,
         methods=["POST"],
         name=f"{kind}_set_iam_policy",
+        openapi_extra=documented,
         response_model=PolicyBody,
         summary=f"Replace the IAM policy of a {kind}",
     )
@@ -603,6 +616,7 @@ def _add_iam_routes(kind: str, prefix: str) -> None:
         test_permissions,
         methods=["POST"],
         name=f"{kind}_test_iam_permissions",
+        openapi_extra=documented,
         response_model=TestIamPermissionsResponse,
         summary=f"Which of the given permissions the caller has on a {kind}",
     )

@@ -81,7 +81,7 @@ def decode_data(text: str | None, where: str) -> bytes:
         raise errors.InvalidArgument(f"{where}.data must be a base64 string")
     try:  # the common case: standard alphabet, padded
         return binascii.a2b_base64(text, strict_mode=True)
-    except binascii.Error:
+    except (binascii.Error, ValueError):  # ValueError: non-ASCII text
         pass
     cleaned = text.replace("-", "+").replace("_", "/")
     cleaned += "=" * (-len(cleaned) % 4)

@@ -15,9 +15,10 @@ a local path: Spark's parquet reader on the file list of the version pinned
 by delta-rs); (d) ``read_table`` forced onto the Python path with
 ``columns=["attributes", "size"]``. Each figure is the median of ``--runs``
 timed runs after one warm-up, in seconds, with min-max and the ratios of
-median and of minimum to the baseline's (the minimum is the figure least
-disturbed by other load on the machine, which the report records). The time
-to pin the version and create each view is reported separately. Writes
+median and of minimum to the baseline's, and the median CPU seconds of the
+Spark JVM and its Python workers (which other load on the machine, recorded
+in the report, hardly disturbs). The time to pin the version and create each
+view is reported separately. Writes
 bench/results/spark_scan.md (or spark_scan-quick.md).
 """
 
@@ -62,9 +63,42 @@ QUERIES = {
 
 @dataclass(frozen=True)
 class Timing:
+    """Seconds of wall clock and of CPU (the Spark JVM and its Python workers) per run."""
+
     median_s: float
     min_s: float
     max_s: float
+    cpu_median_s: float
+
+
+def tree_cpu_s(root: int) -> float:
+    """CPU seconds used so far by process ``root`` and every live descendant (Linux /proc).
+
+    CPU time is what a path costs the machine; unlike wall time it barely moves
+    when other work shares the cores. Python workers are long-lived children of
+    the JVM (forked by pyspark's daemon), so they are counted while they run.
+    """
+    parents: dict[int, int] = {}
+    used: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry)] = int(fields[1])
+        used[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+    total = 0.0
+    for pid, cpu in used.items():
+        ancestor = pid
+        while ancestor not in (root, 0, 1) and ancestor in parents:
+            ancestor = parents[ancestor]
+        if ancestor == root:
+            total += cpu
+    return total
 
 
 def build_table(path: str, rows: int, files: int) -> None:
@@ -92,7 +126,9 @@ def build_table(path: str, rows: int, files: int) -> None:
     DeltaTable(path).create_checkpoint()
 
 
-def interleaved(actions: Mapping[str, Callable[[], object]], runs: int) -> dict[str, Timing]:
+def interleaved(
+    actions: Mapping[str, Callable[[], object]], runs: int, jvm_pid: int
+) -> dict[str, Timing]:
     """Time every action ``runs`` times, round-robin after one warm-up round.
 
     Round-robin spreads load from anything else on the machine over all
@@ -100,13 +136,19 @@ def interleaved(actions: Mapping[str, Callable[[], object]], runs: int) -> dict[
     """
     for action in actions.values():
         action()  # warm-up: Python workers, JIT, page cache
-    samples: dict[str, list[float]] = {name: [] for name in actions}
+    wall: dict[str, list[float]] = {name: [] for name in actions}
+    cpu: dict[str, list[float]] = {name: [] for name in actions}
     for _ in range(runs):
         for name, action in actions.items():
+            cpu_start = tree_cpu_s(jvm_pid)
             start = time.perf_counter()
             action()
-            samples[name].append(time.perf_counter() - start)
-    return {name: Timing(statistics.median(s), min(s), max(s)) for name, s in samples.items()}
+            wall[name].append(time.perf_counter() - start)
+            cpu[name].append(tree_cpu_s(jvm_pid) - cpu_start)
+    return {
+        name: Timing(statistics.median(w), min(w), max(w), statistics.median(cpu[name]))
+        for name, w in wall.items()
+    }
 
 
 def views(spark: SparkSession, path: str) -> dict[str, Callable[[], DataFrame]]:
@@ -152,7 +194,8 @@ def run(rows: int, files: int, runs: int, quick: bool) -> str:
             "(c) read_table auto": "v_auto",
             "(d) read_table python, 2 columns": "v_narrow",
         }
-        pins = interleaved(views(spark, path), runs)
+        jvm_pid = int(spark.sparkContext._jvm.ProcessHandle.current().pid())  # type: ignore[union-attr]
+        pins = interleaved(views(spark, path), runs, jvm_pid)
         results: dict[tuple[str, str], Timing] = {}
         for query, sql in QUERIES.items():
             texts = {label: sql.format(view=view) for label, view in view_names.items()}
@@ -163,9 +206,13 @@ def run(rows: int, files: int, runs: int, quick: bool) -> str:
                 label: (lambda text=text: spark.sql(text).collect())
                 for label, text in texts.items()
             }
-            for label, timing in interleaved(actions, runs).items():
+            for label, timing in interleaved(actions, runs, jvm_pid).items():
                 results[(label, query)] = timing
-                print(f"{label:34} {query:9} {timing.median_s:7.3f} s", file=sys.stderr)
+                print(
+                    f"{label:34} {query:9} {timing.median_s:7.3f} s"
+                    f" (cpu {timing.cpu_median_s:.2f} s)",
+                    file=sys.stderr,
+                )
         baseline = "(a) spark.read.parquet"
         title = "Spark SQL scan benchmark" + (" (quick)" if quick else "")
         lines += [
@@ -174,9 +221,11 @@ def run(rows: int, files: int, runs: int, quick: bool) -> str:
             f"Machine: {os.cpu_count()} cores, {platform.machine()}, Python"
             f" {platform.python_version()}, Spark {spark.version}, local[*]; table: {rows:,}"
             f" messages of {DATA_BYTES} B random data in {files} files (delta-rs); median of"
-            f" {runs} runs after a warm-up, paths interleaved, seconds [min-max]; ratio to (a)"
-            " of the medians and of the minima."
-            f" Load average before the run: {load:.1f}.",
+            f" {runs} runs after a warm-up, paths interleaved. Load average before the run:"
+            f" {load:.1f} (other work on the machine inflates and scatters wall times; CPU"
+            " times barely move).",
+            "",
+            "Wall seconds, median [min-max], then the ratio to (a) of the medians / of the minima:",
             "",
             "| path | " + " | ".join(QUERIES) + " | view creation |",
             "|---|" + "---|" * (len(QUERIES) + 1),
@@ -191,6 +240,20 @@ def run(rows: int, files: int, runs: int, quick: bool) -> str:
                     f" {t.median_s / base.median_s:.2f}x / {t.min_s / base.min_s:.2f}x"
                 )
             cells.append(f"{pins[label].median_s:.3f}")
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        lines += [
+            "",
+            "CPU seconds of the Spark JVM and its Python workers, median, and the ratio to (a):",
+            "",
+            "| path | " + " | ".join(QUERIES) + " |",
+            "|---|" + "---|" * len(QUERIES),
+        ]
+        for label in view_names:
+            cells = []
+            for query in QUERIES:
+                t = results[(label, query)]
+                base = results[(baseline, query)]
+                cells.append(f"{t.cpu_median_s:.2f} {t.cpu_median_s / base.cpu_median_s:.2f}x")
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
         lines += [
             "",

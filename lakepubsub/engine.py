@@ -100,15 +100,11 @@ class Engine:
         )
 
         def change(view: cat.View) -> tuple[cat.Changes, None]:
-            if view.get(*entry.key) is not None:
+            if _taken(view, entry):
                 raise errors.AlreadyExists(f"Topic already exists: {topic.name}")
             return cat.Changes(put=[entry]), None
 
-        try:
-            self.catalog.transact(change)
-        except errors.LakePubSubError:
-            self.lake.remove_tree("topics", uid)
-            raise
+        self._register(entry, change, "topics")
         return replace(topic, uid=uid, created_us=now)
 
     def get_topic(self, name: TopicName) -> Topic:
@@ -232,19 +228,38 @@ class Engine:
         )
 
         def change(view: cat.View) -> tuple[cat.Changes, None]:
-            if view.get(*entry.key) is not None:
+            if _taken(view, entry):
                 raise errors.AlreadyExists(f"Subscription already exists: {sub.name}")
             current = view.get(cat.TOPIC, sub.topic.project, sub.topic.id)
             if current is None or current.uid != topic.uid:
                 raise errors.NotFound(f"Topic not found: {sub.topic}")
             return cat.Changes(put=[entry]), None
 
+        self._register(entry, change, "subscriptions")
+        return sub
+
+    def _register(
+        self, entry: cat.Entry, change: Callable[[cat.View], tuple[cat.Changes, None]], tree: str
+    ) -> None:
+        """Commit a new catalog entry whose tables are written; remove them if it failed.
+
+        A commit can land while its answer is lost: the catalog's retry then sees
+        the entry (``_taken`` lets that pass), and a failure that leaves the entry
+        in a fresh read is a success. When the catalog cannot be read, the tables
+        stay: an orphaned table only costs storage (the gc job sweeps it), a
+        removed table under a live entry breaks the resource.
+        """
         try:
             self.catalog.transact(change)
-        except errors.LakePubSubError:
-            self.lake.remove_tree("subscriptions", uid)
+        except errors.LakePubSubError as failure:
+            try:
+                landed = self.catalog.view().get(*entry.key)
+            except errors.LakePubSubError:
+                raise failure from None
+            if landed is not None and landed.uid == entry.uid:
+                return
+            self.lake.remove_tree(tree, entry.uid)
             raise
-        return sub
 
     def get_subscription(self, name: SubscriptionName) -> Subscription:
         return self._subscription(name)
@@ -476,17 +491,13 @@ class Engine:
         )
 
         def change(view: cat.View) -> tuple[cat.Changes, None]:
-            if view.get(*entry.key) is not None:
+            if _taken(view, entry):
                 raise errors.AlreadyExists(f"Snapshot already exists: {name}")
             if view.get(cat.TOPIC, sub.topic.project, sub.topic.id) is None:
                 raise errors.NotFound(f"Topic not found: {sub.topic}")
             return cat.Changes(put=[entry]), None
 
-        try:
-            self.catalog.transact(change)
-        except errors.LakePubSubError:
-            self.lake.remove_tree("snapshots", uid)
-            raise
+        self._register(entry, change, "snapshots")
         return snapshot
 
     def get_snapshot(self, name: SnapshotName) -> Snapshot:
@@ -584,6 +595,12 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _taken(view: cat.View, entry: cat.Entry) -> bool:
+    """Whether ``entry``'s name belongs to something else (not to ``entry`` itself)."""
+    existing = view.get(*entry.key)
+    return existing is not None and existing.uid != entry.uid
 
 
 def _topic(entry: cat.Entry) -> Topic:

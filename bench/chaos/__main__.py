@@ -51,14 +51,23 @@ def report(result: Result) -> None:
     for check in result.checks:
         mark = "ok  " if check.ok else "FAIL"
         detail = check.detail if len(check.detail) < 2000 else check.detail[:2000] + "..."
+        if check.known:
+            mark += f" [known bug: {', '.join(check.known)}]"
         print(f"  {mark} {check.name}" + (f": {detail}" if detail else ""))
     for note in result.notes:
         print(f"  {note}")
-    if result.counts:
+    if "published" in result.counts:
         counts = " ".join(f"{k}={result.counts.get(k, 0)}" for k in INVARIANTS)
         extra = " ".join(f"{k}={v}" for k, v in result.counts.items() if k not in INVARIANTS)
         print(f"  invariants: {counts} ({extra})")
-    print(f"{result.scenario}: {result.passed} passed, {result.failed} failed", flush=True)
+    print(f"{result.scenario}: {_summary([result])}", flush=True)
+
+
+def _summary(results: list[Result]) -> str:
+    passed = sum(r.passed for r in results)
+    failed = sum(r.failed for r in results)
+    known = sum(1 for r in results for c in r.checks if c.known)
+    return f"{passed} passed, {failed} failed" + (f" ({known} by known bugs)" if known else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,13 +82,11 @@ def main(argv: list[str] | None = None) -> int:
         result = run(name, quick=args.quick, s3=args.s3)
         report(result)
         results.append(result)
-    passed = sum(r.passed for r in results)
-    failed = sum(r.failed for r in results)
-    print(f"chaos: {passed} passed, {failed} failed")
+    print(f"chaos: {_summary(results)}")
     if args.json:
         with open(args.json, "w") as out:
             json.dump([asdict(r) for r in results], out, indent=1)
-    return 1 if failed else 0
+    return 1 if any(r.failed for r in results) else 0
 
 
 if __name__ == "__main__":

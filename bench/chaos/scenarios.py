@@ -51,9 +51,9 @@ class Size:
 
 
 QUICK = {
-    "crash": Size(seconds=0, publishers=2, consumers_per_sub=1, kills=5),
-    "storage": Size(seconds=15, publishers=2, consumers_per_sub=1, admin_pairs=4),
-    "concurrency": Size(seconds=15, publishers=3, consumers_per_sub=2, servers=2),
+    "crash": Size(seconds=0, publishers=2, consumers_per_sub=1, kills=3),
+    "storage": Size(seconds=10, publishers=2, consumers_per_sub=1, admin_pairs=3),
+    "concurrency": Size(seconds=10, publishers=3, consumers_per_sub=2, servers=2),
 }
 FULL = {
     "crash": Size(seconds=0, publishers=3, consumers_per_sub=2, kills=20),
@@ -159,7 +159,7 @@ def _finish(
     result.check("no-hang", hangs == 0, f"{hangs} requests timed out")
     result.notes.append("responses: " + _statuses(ledger))
     unhandled = [e for s in running if s.log for e in unhandled_errors(s.log)]
-    result.check("no-unhandled-error", not unhandled, "; ".join(sorted(set(unhandled))))
+    result.check("no-unhandled-error", not unhandled, failures=sorted(set(unhandled)))
 
 
 def _statuses(ledger: Ledger) -> str:
@@ -244,10 +244,9 @@ def _admin(result: Result, url: str, proxy: ProxyProcess, pairs: int) -> None:
     outcome = admin.run(url, proxy, pairs=pairs)
     statuses = " ".join(f"{p}={s}" for p, s in outcome.creates.items())
     result.notes.append(f"creates under commit faults: {statuses}")
-    result.check(
-        "admin-no-unexpected-5xx", not outcome.server_errors, "; ".join(outcome.server_errors)
-    )
-    result.check("admin-consistent", not outcome.broken, "; ".join(outcome.broken))
+    errors, broken = outcome.server_errors, outcome.broken
+    result.check("admin-no-unexpected-5xx", not errors, failures=errors)
+    result.check("admin-consistent", not broken, failures=broken)
 
 
 # -- concurrency ----------------------------------------------------------------------------

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import base64
 from dataclasses import dataclass, field
 
+from bench.chaos.known import explain
 from bench.chaos.servers import Lake
 from bench.chaos.workload import PROJECT
 from lakepubsub import Engine, Settings, SubscriptionName, TopicName
@@ -45,6 +45,7 @@ class Check:
     name: str
     ok: bool
     detail: str = ""
+    known: list[str] = field(default_factory=list)  # open bugs that explain the failure
 
 
 @dataclass
@@ -57,8 +58,14 @@ class Result:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
-    def check(self, name: str, ok: bool, detail: str = "") -> None:
-        self.checks.append(Check(name, bool(ok), detail))
+    def check(
+        self, name: str, ok: bool, detail: str = "", failures: list[str] | None = None
+    ) -> None:
+        """Record a check; ``failures`` (one line each) become the detail when given."""
+        if failures is not None:
+            detail = "; ".join(failures)
+        known = explain(failures) if failures and not ok else []
+        self.checks.append(Check(name, bool(ok), detail, known))
 
     @property
     def passed(self) -> int:
@@ -68,6 +75,7 @@ class Result:
     def failed(self) -> int:
         return sum(1 for c in self.checks if not c.ok)
 
-
-def decode(data: str) -> str:
-    return base64.b64decode(data).decode()
+    @property
+    def unexplained(self) -> list[str]:
+        """Failed checks that no known bug explains."""
+        return [c.name for c in self.checks if not c.ok and not c.known]

@@ -19,6 +19,9 @@ from bench.chaos.ledger import Delivery, LeaseChange, Ledger
 PROJECT = "chaos"
 # A request that takes longer than this counts as a hang.
 REQUEST_TIMEOUT_S = 90.0
+# Longest ack deadline extension a consumer asks for (an extended lease whose ack is
+# lost in a crash holds its message back this long: the drain waits it out).
+MAX_EXTEND_S = 15
 # Pause after a connection error (the server is down or restarting).
 RECONNECT_PAUSE_S = 0.05
 
@@ -125,7 +128,7 @@ def consume_once(api: Api, ledger: Ledger, sub: str, behaviour: Behaviour) -> in
         elif (roll := roll - behaviour.nack) < behaviour.forget:
             pass
         elif (roll := roll - behaviour.forget) < behaviour.extend:
-            change(api, ledger, sub, [(message_id, ack_id)], api.rng.randint(1, 30))
+            change(api, ledger, sub, [(message_id, ack_id)], api.rng.randint(1, MAX_EXTEND_S))
             to_ack.append((message_id, ack_id))
         elif roll - behaviour.extend < behaviour.short_deadline:
             change(api, ledger, sub, [(message_id, ack_id)], 1)

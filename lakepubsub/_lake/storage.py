@@ -135,27 +135,45 @@ class Lake:
     ) -> DeltaTable:
         """Create a table, or open it if it already exists with this schema."""
         with storage_errors(uri):
-            return DeltaTable.create(
-                uri,
-                schema,
-                mode="ignore",
-                partition_by=partition_by,
-                description=description,
-                configuration=dict(configuration),
-                storage_options=self.storage_options,
-                raise_if_key_not_exists=False,
-            )
+            try:
+                return DeltaTable.create(
+                    uri,
+                    schema,
+                    mode="ignore",
+                    partition_by=partition_by,
+                    description=description,
+                    configuration=dict(configuration),
+                    storage_options=self.storage_options,
+                    raise_if_key_not_exists=False,
+                )
+            except CommitFailedError:
+                # Version 0 exists: another creator won, or our own commit landed and
+                # its answer was lost (the retried conditional PUT then fails).
+                return self._created(uri)
 
     def create_with(self, uri: str, rows: pa.Table, *, configuration: Mapping[str, str]) -> None:
-        """Create a table holding ``rows`` in its first commit; error if it exists."""
+        """Create a table holding ``rows`` in its first commit; error if it exists.
+
+        Callers pass a fresh location (a new uid), so a version 0 that exists
+        after a failed commit is this call's own commit whose answer was lost.
+        """
         with storage_errors(uri):
-            write_deltalake(
-                uri,
-                rows,
-                mode="error",
-                configuration=dict(configuration),
-                storage_options=self.storage_options,
-            )
+            try:
+                write_deltalake(
+                    uri,
+                    rows,
+                    mode="error",
+                    configuration=dict(configuration),
+                    storage_options=self.storage_options,
+                )
+            except CommitFailedError:
+                self._created(uri)
+
+    def _created(self, uri: str) -> DeltaTable:
+        """The table a create that failed to commit left behind; ``Unavailable`` if none."""
+        if not DeltaTable.is_deltatable(uri, storage_options=self.storage_options):
+            raise errors.Unavailable(f"{uri}: create did not commit; retry")
+        return DeltaTable(uri, storage_options=self.storage_options)
 
     def remove_tree(self, *parts: str) -> None:
         """Delete everything under ``{root}/parts``; best effort, logs failures."""
