@@ -32,11 +32,22 @@ fmt: install
 test: lint
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
+# The side-by-side benchmark (lakepubsub over REST vs NATS JetStream) and the
+# library-level one; bench/README.md documents both.
 bench: install
+	$(BIN)/python -m bench
 	$(BIN)/python -m bench.core
 
 bench-quick: install
+	$(BIN)/python -m bench --quick --out bench/results/tmp
 	$(BIN)/python -m bench.core --quick
+
+# Fault injection: crash, storage faults, concurrency, fuzz (bench/chaos).
+chaos: install
+	$(BIN)/python -m bench.chaos
+
+chaos-quick: install
+	$(BIN)/python -m bench.chaos --quick
 
 deploy-check:
 	terraform/check.sh

@@ -35,6 +35,7 @@ import jwt
 import orjson
 from fastapi import APIRouter, Body, FastAPI, Request
 from pydantic import Field
+from pydantic.alias_generators import to_snake
 from starlette import routing
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
@@ -241,6 +242,9 @@ def _is_local(scope: Scope) -> bool:
 
 Check = tuple[str, Resource]
 Params = Mapping[str, str]
+# A permission needed on a name in the request body: permission, dotted camelCase
+# path to the name, its parser, the resource kind.
+BodyCheck = tuple[str, str, Callable[[str], Any], str]
 
 
 def _project(p: Params) -> Resource:
@@ -259,16 +263,31 @@ def _snap(p: Params) -> Resource:
     return Resource(cat.SNAPSHOT, p["project"], p["snapshot"])
 
 
-def _body_name(body: Any, key: str, parse: Callable[[str], Any], kind: str) -> Resource | None:
-    # A name the route will refuse anyway (missing, malformed) needs no check here.
-    value = body.get(key) if isinstance(body, dict) else None
-    if not isinstance(value, str):
-        return None
-    try:
-        name = parse(value)
-    except errors.InvalidArgument:
-        return None
-    return Resource(kind, name.project, name.id)
+def _values(doc: Any, path: str) -> Iterator[Any]:
+    """The values at a dotted camelCase path of a JSON body, under either spelling
+    of each key that the API accepts (``deadLetterPolicy``, ``dead_letter_policy``)."""
+    if not path:
+        yield doc
+        return
+    head, _, rest = path.partition(".")
+    if isinstance(doc, dict):
+        for key in dict.fromkeys((head, to_snake(head))):
+            if key in doc:
+                yield from _values(doc[key], rest)
+
+
+def _body_names(body: Any, path: str, parse: Callable[[str], Any], kind: str) -> list[Resource]:
+    out = []
+    for value in _values(body, path):
+        # A name the route will refuse anyway (missing, malformed) needs no check here.
+        if not isinstance(value, str):
+            continue
+        try:
+            name = parse(value)
+        except errors.InvalidArgument:
+            continue
+        out.append(Resource(kind, name.project, name.id))
+    return out
 
 
 @dataclass(frozen=True)
@@ -276,19 +295,20 @@ class Rule:
     """The permissions a route needs: on path resources, and on names in its body."""
 
     path: tuple[tuple[str, Callable[[Params], Resource]], ...] = ()
-    body: tuple[tuple[str, str, Callable[[str], Any], str], ...] = ()  # perm, key, parse, kind
+    body: tuple[BodyCheck, ...] = ()
     special: str = ""  # "detach": on the subscription's topic
 
     def checks(self, params: Params, body: Any, view: cat.View) -> list[Check]:
         out = [(perm, where(params)) for perm, where in self.path]
-        for perm, key, parse, kind in self.body:
-            resource = _body_name(body, key, parse, kind)
-            if resource is not None:
-                out.append((perm, resource))
+        for perm, path, parse, kind in self.body:
+            out.extend((perm, resource) for resource in _body_names(body, path, parse, kind))
         if self.special == "detach":
             entry = view.get(cat.SUBSCRIPTION, params["project"], params["subscription"])
-            topic = _body_name(entry.spec if entry else None, "topic", TopicName.parse, cat.TOPIC)
-            out.append(("pubsub.topics.detachSubscription", topic or _project(params)))
+            spec = entry.spec if entry else None
+            topics = _body_names(spec, "topic", TopicName.parse, cat.TOPIC)
+            out.append(
+                ("pubsub.topics.detachSubscription", topics[0] if topics else _project(params))
+            )
         return out
 
 
@@ -297,6 +317,13 @@ def _rule(*path: tuple[str, Callable[[Params], Resource]]) -> Rule:
 
 
 _CONSUME = _rule(("pubsub.subscriptions.consume", _sub))
+
+
+def _dead_letter(path: str) -> BodyCheck:
+    # Dead-lettering publishes into the dead-letter topic, so naming one needs what
+    # publishing to it does (Pub/Sub asks the same of its service agent).
+    return ("pubsub.topics.publish", path, TopicName.parse, cat.TOPIC)
+
 
 RULES: dict[str, Rule] = {
     "create_topic": _rule(("pubsub.topics.create", _project)),
@@ -309,10 +336,16 @@ RULES: dict[str, Rule] = {
     "publish": _rule(("pubsub.topics.publish", _topic)),
     "create_subscription": Rule(
         path=(("pubsub.subscriptions.create", _project),),
-        body=(("pubsub.topics.attachSubscription", "topic", TopicName.parse, cat.TOPIC),),
+        body=(
+            ("pubsub.topics.attachSubscription", "topic", TopicName.parse, cat.TOPIC),
+            _dead_letter("deadLetterPolicy.deadLetterTopic"),
+        ),
     ),
     "get_subscription": _rule(("pubsub.subscriptions.get", _sub)),
-    "update_subscription": _rule(("pubsub.subscriptions.update", _sub)),
+    "update_subscription": Rule(
+        path=(("pubsub.subscriptions.update", _sub),),
+        body=(_dead_letter("subscription.deadLetterPolicy.deadLetterTopic"),),
+    ),
     "delete_subscription": _rule(("pubsub.subscriptions.delete", _sub)),
     "list_subscriptions": _rule(("pubsub.subscriptions.list", _project)),
     "modify_push_config": _rule(("pubsub.subscriptions.update", _sub)),

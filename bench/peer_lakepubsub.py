@@ -478,6 +478,13 @@ def _first_delivery(item: dict[str, Any]) -> bool:
     return int(item.get("deliveryAttempt", 1)) <= 1
 
 
+def _check_attribute(items: Sequence[dict[str, Any]], key: str, value: str) -> None:
+    for item in items:
+        if item["message"].get("attributes", {}).get(key) != value:
+            message_id = item["message"].get("messageId")
+            raise BenchError(f"delivered message {message_id} without {key}={value!r}")
+
+
 @dataclass(frozen=True)
 class _ConsumeJob:
     """Pull and ack until the run's consumers together acked ``total`` messages."""
@@ -486,6 +493,8 @@ class _ConsumeJob:
     subscription: str
     max_messages_per_pull: int
     total: int
+    # If set, (key, value): every delivery must carry this attribute (a filter's check).
+    required_attribute: tuple[str, str] | None = None
 
     def run(self, ctx: _Context) -> _Report:
         pull_path, ack_path = (
@@ -501,6 +510,8 @@ class _ConsumeJob:
                 items = _post(client, pull_path, pull_body).get("receivedMessages", [])
                 if not items:
                     continue
+                if self.required_attribute is not None:
+                    _check_attribute(items, *self.required_attribute)
                 _post(client, ack_path, _ack_body(items))
                 last_acked_s = time.monotonic()
                 first_deliveries = sum(1 for item in items if _first_delivery(item))
@@ -701,9 +712,12 @@ def _create_topic(server: LakePubSubServer) -> str:
     return path
 
 
-def _create_subscription(server: LakePubSubServer, topic: str, *, ack_deadline_s: int) -> str:
+def _create_subscription(
+    server: LakePubSubServer, topic: str, *, ack_deadline_s: int, **fields: Any
+) -> str:
+    """A fresh subscription; ``fields`` are more of its REST body (``filter``...)."""
     path = f"projects/{PROJECT}/subscriptions/bench-{uuid.uuid4().hex[:12]}"
-    body = {"topic": topic, "ackDeadlineSeconds": ack_deadline_s}
+    body = {"topic": topic, "ackDeadlineSeconds": ack_deadline_s, **fields}
     httpx.put(f"{server.url}/v1/{path}", json=body, timeout=REQUEST_TIMEOUT_S).raise_for_status()
     return path
 

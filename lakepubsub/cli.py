@@ -351,5 +351,16 @@ def _paged(ctx: click.Context, path: str, field: str) -> Iterator[Any]:
             return
 
 
+def _add_spark_commands() -> None:
+    """``lakepubsub jobs …`` and ``lakepubsub sql``: defined with the jobs, which
+    import PySpark only when a command runs, so the CLI stays quick to start."""
+    from jobs.cli import jobs, sql
+
+    main.add_command(jobs)
+    main.add_command(sql)
+
+
+_add_spark_commands()
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -115,3 +115,15 @@ def test_job_script_under_spark_submit(local_engine: Engine, local_lake: LakeSpe
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["job"] == "gc"
     assert report["orphans_removed"] == [f"topics/{'f' * 32}"]
+
+
+def test_the_lakepubsub_command_carries_jobs_and_sql() -> None:
+    from lakepubsub.cli import main
+
+    runner = CliRunner()
+    listed = runner.invoke(main, ["jobs", "run", "--help"])
+    assert listed.exit_code == 0, listed.output
+    for job in ("compact", "truncate", "gc", "batch-consume"):
+        assert job in listed.output
+    assert runner.invoke(main, ["jobs", "schedule", "--help"]).exit_code == 0
+    assert "Usage: main sql [OPTIONS] QUERY" in runner.invoke(main, ["sql", "--help"]).output

@@ -1,0 +1,418 @@
+"""What delivery semantics cost over REST: plain, exactly-once and filtered pull + ack.
+
+    python -m bench.semantics_bench [--quick] [--runs N] [--out DIR]
+
+Three subscriptions drain the same kind of backlog, in the same run, against a
+real server (``bench/peer_lakepubsub.py``'s uvicorn subprocess on a temporary
+lake):
+
+- ``plain``: no options;
+- ``exactly-once``: ``enableExactlyOnceDelivery: true``;
+- ``filter 10%``: ``attributes.bucket = "0"``; message i carries ``bucket = str(i % 10)``.
+
+One run of a case: a fresh topic and subscription; a backlog of 1 KiB messages
+published in batches of 1,000 (untimed); then ``CONSUMERS`` client processes
+pull up to 1,000 and acknowledge each pull before the next, as the shared
+workload's pull + ack case does, until every expected message is acknowledged.
+A run fails unless every delivery was a first delivery, the consumers got
+exactly the expected messages (with the filter: only and all of bucket "0"),
+one more pull finds nothing, and the subscription then has nothing outstanding
+and its cursor at the topic's head. Full runs give every run of every case a
+fresh server and lake; ``--quick`` shares one server (fresh topics still).
+Runs alternate between the cases (plain, exactly-once, filter, plain, ...) so
+load on the machine falls on all alike; each figure is the median of the runs.
+
+Writes ``bench/results/semantics.md`` (``semantics-quick.md`` for ``--quick``)
+and prints its tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime
+import math
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+from bench import compare
+from bench import peer_lakepubsub as lps
+from bench import workload as w
+
+RESULTS = Path(__file__).parent / "results"
+
+# The shared workload's pull + ack case: 4 consumers, Pub/Sub's maxMessages cap.
+CONSUMERS = 4
+MAX_MESSAGES_PER_PULL = 1000
+# Message i carries BUCKET_ATTRIBUTE = str(i % BUCKETS); the filter takes one bucket.
+BUCKETS = 10
+BUCKET_ATTRIBUTE = "bucket"
+MATCHING_BUCKET = "0"
+FILTER = f'attributes.{BUCKET_ATTRIBUTE} = "{MATCHING_BUCKET}"'
+# The product's targets: exactly-once keeps at least half the plain throughput;
+# a filter costs at most 1.5x plain per delivered message.
+EXACTLY_ONCE_MIN_RATIO = 0.5
+FILTER_MAX_COST_RATIO = 1.5
+
+PLAIN = "plain"
+EXACTLY_ONCE = "exactly-once"
+FILTERED = "filter 10%"
+
+# Figures of one case; per-round ratios are Results of case RATIOS.
+DELIVERED = "delivered"
+DRAIN_S = "drain_s"
+THROUGHPUT = "throughput"
+SERVER_CPU_PER_MILLION = "server_cpu_per_million"
+COMMITS_PER_MESSAGE = "commits_per_message"
+RATIOS = "ratios"
+EXACTLY_ONCE_RATIO = "exactly_once_throughput_ratio"
+FILTER_COST_RATIO = "filter_cost_ratio"
+EXACTLY_ONCE_CPU_RATIO = "exactly_once_cpu_ratio"
+FILTER_CPU_RATIO = "filter_cpu_ratio"
+
+_MILLION = 1_000_000
+_QUICK_NOTE = (
+    "- `--quick`: a tiny backlog, for CI; the figures show that the harness works and "
+    "say nothing about speed.",
+)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    backlog: int
+    runs: int
+    # Every run on a fresh server and lake, or one server for all (fresh topics).
+    fresh_server: bool
+    quick: bool = False
+
+
+FULL = Sizes(backlog=100_000, runs=3, fresh_server=True)
+QUICK = Sizes(backlog=3_000, runs=1, fresh_server=False, quick=True)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    # More fields of the subscription's REST body.
+    subscription: dict[str, Any]
+    filtered: bool = False
+
+    def expected(self, backlog: int) -> int:
+        """How many of a ``backlog`` this subscription delivers."""
+        return len(range(0, backlog, BUCKETS)) if self.filtered else backlog
+
+
+CASES = (
+    Case(PLAIN, {}),
+    Case(EXACTLY_ONCE, {"enableExactlyOnceDelivery": True}),
+    Case(FILTERED, {"filter": FILTER}, filtered=True),
+)
+
+
+# --- one run of one case ------------------------------------------------------
+
+
+def _publish_backlog(server: lps.LakePubSubServer, topic: str, messages: int) -> None:
+    """Publish ``messages`` with their bucket attribute, untimed, from this process."""
+
+    def body(first: int) -> bytes:
+        end = min(first + lps.PREFILL_BATCH, messages)
+        return orjson.dumps(
+            {
+                "messages": [
+                    {"data": lps._data(i), "attributes": {BUCKET_ATTRIBUTE: str(i % BUCKETS)}}
+                    for i in range(first, end)
+                ]
+            }
+        )
+
+    path = f"/v1/{topic}:publish"
+    with (
+        lps._client(server.url, connections=lps.PREFILL_CLIENTS) as client,
+        ThreadPoolExecutor(lps.PREFILL_CLIENTS) as senders,
+    ):
+        answers = senders.map(
+            lambda first: lps._post(client, path, body(first)),
+            range(0, messages, lps.PREFILL_BATCH),
+        )
+        published = sum(len(answer.get("messageIds", [])) for answer in answers)
+    if published != messages:
+        raise lps.BenchError(f"published {messages} messages, got {published} ids")
+
+
+def _subscribe(server: lps.LakePubSubServer, topic: str, case: Case) -> str:
+    subscription = lps._create_subscription(
+        server, topic, ack_deadline_s=w.full().ack_deadline_s, **case.subscription
+    )
+    # The API ignores fields it does not know: check that the options took.
+    got = httpx.get(f"{server.url}/v1/{subscription}", timeout=lps.REQUEST_TIMEOUT_S).json()
+    if any(got.get(key) != value for key, value in case.subscription.items()):
+        raise lps.BenchError(f"asked for {case.subscription}, the server has {got}")
+    return subscription
+
+
+def _check_drained(server: lps.LakePubSubServer, subscription: str) -> None:
+    """One more pull finds nothing (and moves a filter's cursor past the last non-match)."""
+    body = orjson.dumps({"maxMessages": MAX_MESSAGES_PER_PULL, "returnImmediately": True})
+    with lps._client(server.url) as client:
+        left = lps._post(client, f"/v1/{subscription}:pull", body).get("receivedMessages", [])
+    if left:
+        raise lps.BenchError(f"{len(left)} messages were still delivered after the drain")
+
+
+def run_case(server: lps.LakePubSubServer, case: Case, backlog: int) -> list[w.Result]:
+    """One run of ``case``: publish a backlog (untimed) to a fresh topic, drain it."""
+    topic = lps._create_topic(server)
+    subscription = _subscribe(server, topic, case)
+    _publish_backlog(server, topic, backlog)
+    expected = case.expected(backlog)
+    job = lps._ConsumeJob(
+        url=server.url,
+        subscription=subscription,
+        max_messages_per_pull=MAX_MESSAGES_PER_PULL,
+        total=expected,
+        required_attribute=(BUCKET_ATTRIBUTE, MATCHING_BUCKET) if case.filtered else None,
+    )
+    before = server.counters()
+    reports, usage = lps._run_clients([job] * CONSUMERS, server_pid=server.pid)
+    after = server.counters()
+    delivered = sum(r.messages for r in reports)
+    redelivered = sum(r.redelivered for r in reports)
+    if delivered != expected or redelivered:
+        raise lps.BenchError(
+            f"{case.name}: {delivered} deliveries of {expected} expected messages, "
+            f"{redelivered} of them redeliveries"
+        )
+    _check_drained(server, subscription)
+    lps._check_all_acked(server, topic, subscription, backlog)
+    span_s = lps._span_s(reports)
+
+    def result(metric: str, value: float) -> w.Result:
+        return lps._result(server.system, case.name, metric, "", value)
+
+    return [
+        result(DELIVERED, delivered),
+        result(DRAIN_S, span_s),
+        result(THROUGHPUT, delivered / span_s),
+        result(SERVER_CPU_PER_MILLION, usage.cpu_s * _MILLION / delivered),
+        result(COMMITS_PER_MESSAGE, (after.commits - before.commits) / delivered),
+    ]
+
+
+def ratios(round_results: Sequence[w.Result]) -> list[w.Result]:
+    """The targets' ratios within one round (one run of each case, run back to back)."""
+    figure = {(r.case, r.metric): r.median for r in round_results}
+
+    def relative(case: str, metric: str) -> float:
+        # A tiny run can end within one CPU clock tick of the server: no ratio then.
+        plain = figure[PLAIN, metric]
+        return figure[case, metric] / plain if plain else math.nan
+
+    def result(metric: str, value: float) -> w.Result:
+        return lps._result(lps.SYSTEM, RATIOS, metric, "", value)
+
+    return [
+        result(EXACTLY_ONCE_RATIO, relative(EXACTLY_ONCE, THROUGHPUT)),
+        # Time per delivered message, relative: the inverse of the throughput ratio.
+        result(FILTER_COST_RATIO, 1 / relative(FILTERED, THROUGHPUT)),
+        result(EXACTLY_ONCE_CPU_RATIO, relative(EXACTLY_ONCE, SERVER_CPU_PER_MILLION)),
+        result(FILTER_CPU_RATIO, relative(FILTERED, SERVER_CPU_PER_MILLION)),
+    ]
+
+
+def run_all(sizes: Sizes, *, progress: Callable[[str], None]) -> list[w.Result]:
+    """``sizes.runs`` rounds of every case, in turn; the merged figures and ratios."""
+    found: list[w.Result] = []
+    with contextlib.ExitStack() as stack:
+        shared = None if sizes.fresh_server else stack.enter_context(lps.LakePubSubServer())
+        for i in range(sizes.runs):
+            round_results: list[w.Result] = []
+            for case in CASES:
+                progress(f"{case.name} (run {i + 1}/{sizes.runs})")
+                with contextlib.nullcontext(shared) if shared else lps.LakePubSubServer() as server:
+                    round_results += run_case(server, case, sizes.backlog)
+            found += [*round_results, *ratios(round_results)]
+    return w.merge_runs(found)
+
+
+# --- the report ---------------------------------------------------------------
+
+
+def cases_table(results: Sequence[w.Result]) -> str:
+    by_key = {(r.case, r.metric): r for r in results}
+    lines = [
+        "| subscription | delivered msgs | drain time, s | msgs/s delivered "
+        "| server CPU s per 1M delivered | Delta commits per delivered msg |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for case in CASES:
+        # Every run delivers the same count (or fails): one number.
+        cells = [compare._fmt(by_key[case.name, DELIVERED].median)] + [
+            compare._cell(by_key.get((case.name, metric)))
+            for metric in (DRAIN_S, THROUGHPUT, SERVER_CPU_PER_MILLION, COMMITS_PER_MESSAGE)
+        ]
+        lines.append(f"| {case.name} | {' | '.join(cells)} |")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """A row of the targets table; ``bound`` None for a figure shown without a target."""
+
+    label: str
+    metric: str
+    bound: float | None = None
+    at_least: bool = True
+
+    def target(self) -> str:
+        return "" if self.bound is None else f"{'≥' if self.at_least else '≤'} {self.bound:g}"
+
+    def met(self, value: float) -> str:
+        if self.bound is None:
+            return ""
+        ok = value >= self.bound if self.at_least else value <= self.bound
+        return "yes" if ok else "**no**"
+
+
+RATIO_ROWS = (
+    Ratio("exactly-once throughput / plain's", EXACTLY_ONCE_RATIO, EXACTLY_ONCE_MIN_RATIO),
+    Ratio(
+        "filter: time per delivered message / plain's",
+        FILTER_COST_RATIO,
+        FILTER_MAX_COST_RATIO,
+        at_least=False,
+    ),
+    Ratio("exactly-once: server CPU per delivered message / plain's", EXACTLY_ONCE_CPU_RATIO),
+    Ratio("filter: server CPU per delivered message / plain's", FILTER_CPU_RATIO),
+)
+
+
+def targets_table(results: Sequence[w.Result]) -> str:
+    by_metric = {r.metric: r for r in results if r.case == RATIOS}
+    lines = [
+        "| ratio (within a round) | median [min-max] | target | met |",
+        "| --- | ---: | ---: | :---: |",
+    ]
+    for row in RATIO_ROWS:
+        result = by_metric[row.metric]
+        lines.append(
+            f"| {row.label} | {compare._cell(result)} | {row.target()} | {row.met(result.median)} |"
+        )
+    return "\n".join(lines)
+
+
+def report(
+    results: Sequence[w.Result],
+    sizes: Sizes,
+    *,
+    command: str,
+    elapsed_s: float,
+    load_before: tuple[float, float, float],
+    load_after: tuple[float, float, float],
+) -> str:
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    temp = tempfile.gettempdir()
+    server = "a fresh server and lake for every run" if sizes.fresh_server else "one server"
+    return "\n".join(
+        [
+            "# Delivery semantics: plain, exactly-once and filtered pull + ack",
+            "",
+            f"Written {now} by `{command}` in {elapsed_s / 60:.1f} min.",
+            "",
+            "## Machine",
+            "",
+            f"- **CPU:** {os.cpu_count()} cores ({compare._cpu_model()}); {platform.platform()}",
+            f"- **Disk:** lakes in `{temp}` on {compare._disk(temp)}",
+            f"- **Load average** (1/5/15 min): {compare._load(load_before)} at the start, "
+            f"{compare._load(load_after)} at the end. Server and clients share the cores.",
+            f"- **Software:** Python {platform.python_version()}; deltalake "
+            f"{compare._version('deltalake')}, pyarrow {compare._version('pyarrow')}, "
+            f"uvicorn {compare._version('uvicorn')}, httpx {compare._version('httpx')}",
+            "",
+            "## Workload",
+            "",
+            f"- Backlog: {sizes.backlog:,} messages of {w.MESSAGE_BYTES:,} bytes per run, "
+            f"published first (untimed) in batches of {lps.PREFILL_BATCH:,}; message i "
+            f"has attribute `{BUCKET_ATTRIBUTE}` = str(i % {BUCKETS}).",
+            f"- Drain: {CONSUMERS} consumer processes, each pulling up to "
+            f"{MAX_MESSAGES_PER_PULL:,} (long poll) and acknowledging every pull before the "
+            "next, until every expected message is acknowledged; timed from their common "
+            "start to the last acknowledgement.",
+            f"- Subscriptions: `{PLAIN}`; `{EXACTLY_ONCE}` (`enableExactlyOnceDelivery: true`); "
+            f"`{FILTERED}` (`filter: {FILTER}`: one message in {BUCKETS} matches).",
+            f"- {sizes.runs} run(s) of each case, round-robin, on {server}; a figure is the "
+            "median [min-max] of the runs; a ratio is taken within each round, then the median.",
+            *(_QUICK_NOTE if sizes.quick else ()),
+            "",
+            "## Results",
+            "",
+            cases_table(results),
+            "",
+            "Throughput and costs are per **delivered** message. The filtered subscription "
+            "still reads every message of the backlog from the lake (the filter runs on the "
+            "server over the scanned rows; filtered-out messages count as acknowledged "
+            f"without a delivery), so its cost per delivered message includes reading "
+            f"{BUCKETS - 1} non-matching messages for every one delivered.",
+            "",
+            "## Targets",
+            "",
+            targets_table(results),
+            "",
+            "`filter: time per delivered message / plain's` is (filtered drain time / "
+            "matching messages delivered) / (plain drain time / messages delivered).",
+            "",
+        ]
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.semantics_bench",
+        description="Pull + ack throughput of plain, exactly-once and filtered subscriptions.",
+    )
+    parser.add_argument("--quick", action="store_true", help="tiny backlog, one run, one server")
+    parser.add_argument("--runs", type=int, default=None, help="runs of every case")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="report directory")
+    args = parser.parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    if args.runs is not None:
+        sizes = dataclasses.replace(sizes, runs=args.runs)
+    started = time.monotonic()
+    load_before = os.getloadavg()
+
+    def progress(line: str) -> None:
+        print(f"[{time.monotonic() - started:7.1f} s] {line}", file=sys.stderr, flush=True)
+
+    results = run_all(sizes, progress=progress)
+    command = " ".join(
+        ["python -m bench.semantics_bench", *(argv if argv is not None else sys.argv[1:])]
+    )
+    text = report(
+        results,
+        sizes,
+        command=command,
+        elapsed_s=time.monotonic() - started,
+        load_before=load_before,
+        load_after=os.getloadavg(),
+    )
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"semantics{'-quick' if args.quick else ''}.md"
+    path.write_text(text)
+    print(f"{cases_table(results)}\n\n{targets_table(results)}")
+    print(f"\nwrote {path}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
