@@ -380,9 +380,15 @@ class Dispatcher:
         ordering = planner.policy.ordering
         busy = planner.busy_keys() if ordering else set()
         scanned = 0
+        # With skipping (filter, held keys), each round reads twice as far as the
+        # last: a selective filter then needs a few reads per pull, not dozens.
+        skip_chunk = demand * 4
         while len(claims) < demand and planner.cursor.frontier < head:
             start = planner.cursor.frontier
-            chunk = demand - len(claims) if match is None and not ordering else demand * 4
+            if match is None and not ordering:
+                chunk = demand - len(claims)
+            else:
+                chunk, skip_chunk = skip_chunk, min(skip_chunk * 2, MAX_SCAN_PER_CYCLE)
             end = min(head, start + max(chunk, 1))
             table = messages.read_range(start, end)
             if match is not None and table.num_rows:

@@ -51,6 +51,11 @@ STOP_GRACE_S = 10.0
 FLUSH_TIMEOUT_S = 10.0
 # Warnings about an endpoint that keeps failing are logged at most this often.
 WARN_INTERVAL_S = 60.0
+# While deliveries are in flight, a pull waits (at most PULL_LINGER_S) until this
+# share of the window is free: every pull is a lease commit, so one pull per
+# finished delivery would cost a commit per message.
+PULL_BATCH_SHARE = 0.5
+PULL_LINGER_S = 0.05
 
 PUSHES = Counter("lakepubsub_push_requests_total", "Push requests by outcome", ["outcome"])
 PUSH_SECONDS = Histogram(
@@ -246,6 +251,7 @@ class SubscriptionPusher:
             await asyncio.gather(settler, return_exceptions=True)
 
     async def _dispatch_loop(self) -> None:
+        lingering_since: float | None = None
         while not self._stopped:
             endpoint = self._endpoint()
             now = time.monotonic()
@@ -258,6 +264,12 @@ class SubscriptionPusher:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), wait if wait > 0 else None)
                 continue
+            if self.flow.in_flight and slots < self.flow.window.limit * PULL_BATCH_SHARE:
+                lingering_since = lingering_since or now
+                if now - lingering_since < PULL_LINGER_S:
+                    await self._sleep(PULL_LINGER_S - (now - lingering_since))
+                    continue
+            lingering_since = None
             try:
                 received = await self._pull_messages(slots)
             except asyncio.CancelledError:

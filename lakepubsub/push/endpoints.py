@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 ACK_STATUSES = frozenset({102, 200, 201, 202, 204})
 # Status codes that also ask the sender to slow down (seed 000's UNAVAILABLE).
 PUSHBACK_STATUSES = frozenset({429, 503})
+# Failures of a request that got no answer on a reused connection: retried once.
+_STALE_CONNECTION = (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
 # How long a resolved and checked address list is reused for new connections.
 RESOLVE_TTL_S = 30.0
 # Bytes of a response's head inspected for informational responses.
@@ -291,7 +293,12 @@ class Sender:
 
     async def _exchange(self, request: httpx.Request) -> tuple[int | None, str]:
         try:
-            response = await self._client.send(request, stream=True)
+            try:
+                response = await self._client.send(request, stream=True)
+            except _STALE_CONNECTION:
+                # Most often a pooled keep-alive connection the endpoint had closed:
+                # once more on a fresh one (push is at least once; a duplicate is allowed).
+                response = await self._client.send(request, stream=True)
         except httpx.HTTPError as exc:
             return None, f"{type(exc).__name__}: {exc}"
         try:
