@@ -16,8 +16,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from deltalake import CommitProperties, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError
 
-from lakepubsub import metrics, schemas
+from lakepubsub import constants, errors, metrics, schemas
 from lakepubsub._lake import Lake, storage_errors
 
 
@@ -161,6 +162,28 @@ class MessagesTable:
         self._head = int(batch["offset"][-1].as_py()) + 1
         self._head_version = self.version
         return self._head_version
+
+    def compact(self) -> bool:
+        """Bin-pack small files (``dataChange=false``: rows and offsets unchanged).
+
+        Returns whether a compaction committed; a concurrent commit that wins the
+        race makes it skip (the next one will do).
+        """
+        started = time.perf_counter()
+        try:
+            with storage_errors(self.uri):
+                self._table.optimize.compact(
+                    target_size=constants.INLINE_COMPACT_TARGET_BYTES,
+                    commit_properties=CommitProperties(
+                        max_commit_retries=0,
+                        custom_metadata={"lakepubsub.compaction": "inline"},
+                    ),
+                )
+        except (CommitFailedError, errors.Unavailable):
+            return False
+        metrics.COMMITS.labels("compaction").inc()
+        metrics.COMMIT_SECONDS.labels("compaction").observe(time.perf_counter() - started)
+        return True
 
     def committed(self, app_id: str, txn_version: int) -> bool:
         """Whether the commit tagged (app_id, txn_version) is in the table."""

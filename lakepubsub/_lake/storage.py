@@ -15,7 +15,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
-from lakepubsub import errors
+from lakepubsub import constants, errors
 from lakepubsub.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -115,8 +115,14 @@ class Lake:
                     if exc.response.get("Error", {}).get("Code") in _S3_MISSING:
                         return False
                     raise
-            elif not os.path.exists(os.path.join(uri.removeprefix("file://"), name)):
-                return False
+            else:
+                log_dir = os.path.join(uri.removeprefix("file://"), "_delta_log")
+                if not os.path.exists(
+                    os.path.join(log_dir, f"{version + 1:020d}.json")
+                ) and os.path.exists(os.path.join(log_dir, f"{version:020d}.json")):
+                    return False
+                # Either a next commit, or our own version's log was cleaned up
+                # (a local lake keeps a short log): catch up from the checkpoint.
             table.update_incremental()
         return bool(table.version() != version)
 
@@ -142,7 +148,7 @@ class Lake:
                     mode="ignore",
                     partition_by=partition_by,
                     description=description,
-                    configuration=dict(configuration),
+                    configuration=self._properties(configuration),
                     storage_options=self.storage_options,
                     raise_if_key_not_exists=False,
                 )
@@ -163,11 +169,18 @@ class Lake:
                     uri,
                     rows,
                     mode="error",
-                    configuration=dict(configuration),
+                    configuration=self._properties(configuration),
                     storage_options=self.storage_options,
                 )
             except CommitFailedError:
                 self._created(uri)
+
+    def _properties(self, configuration: Mapping[str, str]) -> dict[str, str]:
+        """A new table's properties: a local lake keeps a short log (constants.py)."""
+        properties = dict(configuration)
+        if not self.is_s3:
+            properties["delta.logRetentionDuration"] = constants.LOCAL_LOG_RETENTION
+        return properties
 
     def _created(self, uri: str) -> DeltaTable:
         """The table a create that failed to commit left behind; ``Unavailable`` if none."""

@@ -176,3 +176,23 @@ def test_empty_lake_has_the_lake_wide_views(spark: SparkSession, local_lake: Lak
     views = register(spark, local_lake.settings())
     assert {v.name for v in views} == {"topics", "subscriptions", "truncations"}
     assert spark.sql("SELECT count(*) AS n FROM truncations").first()["n"] == 0
+
+
+def test_readme_sql_examples_run(
+    local_engine: Engine, local_lake: LakeSpec, spark: SparkSession
+) -> None:
+    """The README's `lakepubsub sql` examples, on its quickstart's topic."""
+    topic = TopicName("demo", "orders")
+    local_engine.create_topic(Topic(topic))
+    local_engine.publish(
+        topic, [PublishMessage(f"hello {i}".encode(), {"kind": "greeting"}) for i in range(3)]
+    )
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    queries = re.findall(r'lakepubsub sql "(.*?)"', readme, re.DOTALL)
+    assert len(queries) == 3
+    counts = []
+    for query in queries:
+        done = CliRunner().invoke(sql, [query, "--lake", local_lake.uri])
+        assert done.exit_code == 0, done.output
+        counts.append(done.output.splitlines()[-1])
+    assert counts == ["(1 rows)", "(1 rows)", "(3 rows)"]
