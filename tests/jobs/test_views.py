@@ -195,4 +195,4 @@ def test_readme_sql_examples_run(
         done = CliRunner().invoke(sql, [query, "--lake", local_lake.uri])
         assert done.exit_code == 0, done.output
         counts.append(done.output.splitlines()[-1])
-    assert counts == ["(1 rows)", "(1 rows)", "(3 rows)"]
+    assert counts == ["(1 row)", "(1 row)", "(3 rows)"]
