@@ -38,24 +38,16 @@ SET_TRANSACTION_RETENTION = "interval 7 days"
 LOG_RETENTION = "interval 7 days"
 # On a local filesystem delta-rs lists the whole _delta_log directory on every
 # commit, so the tables of a local lake keep only half a minute of log.
-# Measured with one single-message publish after another and inline compaction
-# (below): with a 7-day log, 15 ms at 1,000 commits rising without bound (29 ms
-# at 3,000); with a one-minute log, a plateau at 27 ms; with this half minute,
-# 21 ms; with no log kept, 7 ms.
-# Object stores list from the last checkpoint, so an S3 lake keeps
-# LOG_RETENTION. delta-rs removes expired log files when it writes a
-# checkpoint; older versions of a local lake's tables are then no longer
-# readable by version (messages keep their offsets and publish times, which is
-# what seek and SQL use).
+# Measured with one single-message publish after another (files compacted
+# every 100 commits): with a 7-day log, 15 ms at 1,000 commits rising without
+# bound (29 ms at 3,000); with a one-minute log, a plateau at 27 ms; with this
+# half minute, 21 ms; with no log kept, 7 ms. Object stores list from the last
+# checkpoint, so an S3 lake keeps LOG_RETENTION. delta-rs removes expired log
+# files when it writes a checkpoint; older versions of a local lake's tables
+# are then no longer readable by version (messages keep their offsets and
+# publish times, which is what seek and SQL use).
 LOCAL_LOG_RETENTION = "interval 30 seconds"
 
-# A publisher compacts its topic's messages table after this many of its own
-# commits: delta-rs spends ~0.06 ms per live file on every commit, so one file
-# per single-message publish would make the 3,000th publish cost ~190 ms. The
-# target size bounds what one inline compaction rewrites; the compaction job
-# later bin-packs into large files.
-INLINE_COMPACT_EVERY_COMMITS = 100
-INLINE_COMPACT_TARGET_BYTES = 16 * 1024 * 1024
 
 # Optimistic concurrency: a commit that keeps losing races is retried at least
 # COMMIT_ATTEMPTS times and for at least COMMIT_BUDGET_S seconds, with back-off.

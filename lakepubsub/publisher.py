@@ -54,7 +54,6 @@ class TopicPublisher:
         self._on_commit = on_commit
         self._app_id = f"lakepubsub-publisher-{uuid.uuid4()}"
         self._txn = 0
-        self._commits_since_compaction = 0
         self._cond = threading.Condition()
         self._queue: list[_Request] = []
         self._closed = False
@@ -135,12 +134,6 @@ class TopicPublisher:
             request.future.set_result([str(o) for o in range(offset, offset + n)])
             offset += n
         metrics.PUBLISHED.inc(offset - first)
-        if self._commits_since_compaction >= constants.INLINE_COMPACT_EVERY_COMMITS:
-            # After the answers, in this thread: requests that arrive meanwhile
-            # join the next commit.
-            assert self._table is not None
-            self._table.compact()
-            self._commits_since_compaction = 0
 
     def _append(self, columns: pa.Table) -> int:
         """Number and commit ``columns``; return the first offset."""
@@ -175,7 +168,6 @@ class TopicPublisher:
     def _after_commit(self, batch: pa.Table) -> None:
         if self._on_commit is not None:
             self._on_commit(batch)
-        self._commits_since_compaction += 1
 
 
 def _numbered(columns: pa.Table, head: int) -> pa.Table:

@@ -44,3 +44,14 @@ def test_a_handle_catches_up_after_its_log_was_cleaned(tmp_path: Path) -> None:
     assert behind.version() == 25
     assert behind.to_pyarrow_table().num_rows == 26
     assert not lake.moved(behind)
+
+
+def test_rows_read_come_sorted_by_offset() -> None:
+    from lakepubsub.topic_table import _by_offset
+
+    shuffled = pa.table(
+        {"offset": pa.chunked_array([[3, 4], [1, 2]]), "d": [b"c", b"d", b"a", b"b"]}
+    )
+    assert _by_offset(shuffled)["d"].to_pylist() == [b"a", b"b", b"c", b"d"]
+    ordered = shuffled.sort_by("offset")
+    assert _by_offset(ordered) is ordered  # already sorted: no copy

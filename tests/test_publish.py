@@ -7,7 +7,7 @@ import threading
 import pyarrow.compute as pc
 import pytest
 
-from lakepubsub import Engine, PublishMessage, Topic, TopicName, constants, errors
+from lakepubsub import Engine, PublishMessage, Topic, TopicName, errors
 from lakepubsub.topic_table import MessagesTable
 
 TOPIC = TopicName("proj", "events")
@@ -94,17 +94,3 @@ def test_concurrent_publishes_are_group_committed(engine: Engine, topic: TopicNa
         offsets = [int(x) for x in ids]
         assert offsets == list(range(offsets[0], offsets[0] + 50))
         assert [data[o] for o in offsets] == [f"{i}-{j}".encode() for j in range(50)]
-
-
-@pytest.mark.parametrize("lake", ["local"], indirect=True)
-def test_single_message_publishes_are_compacted_inline(engine: Engine, topic: TopicName) -> None:
-    count = constants.INLINE_COMPACT_EVERY_COMMITS * 2 + 10
-    ids = [engine.publish(topic, [PublishMessage(f"m{i}".encode())])[0] for i in range(count)]
-    assert ids == [str(i) for i in range(count)]
-    table = engine.lake.open(engine.lake.messages_uri(engine.get_topic(topic).uid))
-    assert len(table.file_uris()) <= 12  # two compactions, then ten single-row files
-    operations = [c["operation"] for c in table.history()]
-    assert operations.count("OPTIMIZE") == 2
-    rows = stored(engine, topic)
-    assert rows["offset"].to_pylist() == list(range(count))
-    assert rows["data"].to_pylist() == [f"m{i}".encode() for i in range(count)]
