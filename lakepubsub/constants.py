@@ -47,6 +47,22 @@ LOG_RETENTION = "interval 7 days"
 # are then no longer readable by version (messages keep their offsets and
 # publish times, which is what seek and SQL use).
 LOCAL_LOG_RETENTION = "interval 30 seconds"
+# Tables committed through the direct log (lakepubsub/_lake/deltalog.py) are
+# checkpointed by a background thread every CHECKPOINT_INTERVAL commits, but at
+# most once per this many seconds per table and process: a checkpoint costs
+# 2-10 ms on a local disk, a direct commit about 1 ms.
+CHECKPOINT_MIN_SPACING_S = 0.25
+# Expired log files are removed after a checkpoint at most this often per table
+# (on S3 it lists the log).
+LOG_CLEANUP_SPACING_S = 10.0
+# delta-rs handles the checkpoint thread keeps, one per recently committed table.
+CHECKPOINT_HANDLES = 64
+# A reader that finds no next commit checks that its own version's log file
+# still exists (else the log was cleaned up past it and it must reload) at most
+# this often: a stat on a local disk is free, an S3 HEAD is not, and an S3
+# lake keeps 7 days of log.
+LOCAL_LOG_RECHECK_S = 0.0
+S3_LOG_RECHECK_S = 600.0
 
 
 # Optimistic concurrency: a commit that keeps losing races is retried at least

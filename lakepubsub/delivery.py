@@ -19,20 +19,19 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 import orjson
-from deltalake import CommitProperties, DeltaTable
 
 from lakepubsub import errors, metrics, schemas
-from lakepubsub._lake import Lake, storage_errors
+from lakepubsub._lake import Lake
 from lakepubsub.ackids import AckId, subscription_tag
 from lakepubsub.constants import CONTENTION_MEMORY_S, PACE_FACTOR, PACE_MAX_S
 from lakepubsub.filters import Filter
+from lakepubsub.lease_table import LeaseTable
 from lakepubsub.leases import (
     Claim,
     LeaseState,
     Planner,
     Policy,
     Row,
-    op_counts,
 )
 from lakepubsub.messages import (
     Message,
@@ -48,9 +47,6 @@ from lakepubsub.subscriptions import Subscription, parse_subscription_filter
 from lakepubsub.topic_table import MessagesTable
 
 log = logging.getLogger(__name__)
-
-_MERGE_PREDICATE = "t.kind = s.kind AND t.offset = s.offset"
-_ALL_COLUMNS = {f.name: f"s.{f.name}" for f in schemas.LEASES}
 
 
 @dataclass
@@ -130,9 +126,8 @@ class Dispatcher:
         self._truncates: list[TruncateRequest | SeekRequest] = []
         self._nudged = True
         self._stopped = False
-        self._table: DeltaTable | None = None
+        self._leases: LeaseTable | None = None
         self._messages: MessagesTable | None = None
-        self._state: LeaseState | None = None
         self._thread = threading.Thread(
             target=self._run, name=f"deliver-{subscription.uid[:8]}", daemon=True
         )
@@ -295,18 +290,14 @@ class Dispatcher:
 
     # -- one optimistic attempt ------------------------------------------------------------
 
-    def _load(self) -> tuple[DeltaTable, MessagesTable, LeaseState]:
-        if self._table is None:
-            self._table = self._lake.open(self._lake.leases_uri(self.subscription.uid))
+    def _load(self) -> tuple[LeaseTable, MessagesTable, LeaseState]:
+        if self._leases is None:
+            self._leases = LeaseTable(self._lake, self.subscription.uid)
         if self._messages is None:
             self._messages = MessagesTable(self._lake, self.subscription.topic_uid)
-        table = self._table
-        self._lake.moved(table)
-        with storage_errors("lease table"):
-            if self._state is None or self._state.version != table.version():
-                self._state = LeaseState.from_arrow(table.to_pyarrow_table(), table.version())
+        state = self._leases.state()
         self._messages.refresh()
-        return table, self._messages, self._state
+        return self._leases, self._messages, state
 
     def _attempt(
         self, acks: list[AckRequest], truncates: list[TruncateRequest | SeekRequest], demand: int
@@ -329,7 +320,7 @@ class Dispatcher:
                 events.append(self._truncate(planner, messages, request))
         claims = self._claim(planner, messages, demand) if demand else []
         if planner.dirty:
-            self._commit(table, planner)
+            table.commit(planner)
         deliveries = [_received(claim, message) for claim, message in claims]
         return ack_results, events, deliveries
 
@@ -447,36 +438,6 @@ class Dispatcher:
         for row in rows:
             self._dead_lettered.add(row.offset)
             planner.drop(row.key)
-
-    def _commit(self, table: DeltaTable, planner: Planner) -> None:
-        source = planner.merge_source()
-        started = time.perf_counter()
-        with storage_errors("lease table"):
-            result = (
-                table.merge(
-                    source,
-                    predicate=_MERGE_PREDICATE,
-                    source_alias="s",
-                    target_alias="t",
-                    commit_properties=CommitProperties(max_commit_retries=0),
-                )
-                .when_matched_delete(predicate="s.op = 'del'")
-                .when_matched_update(updates=_ALL_COLUMNS, predicate="s.op = 'upd'")
-                .when_not_matched_insert(updates=_ALL_COLUMNS, predicate="s.op = 'ins'")
-                .execute()
-            )
-        metrics.COMMITS.labels("leases").inc()
-        metrics.COMMIT_SECONDS.labels("leases").observe(time.perf_counter() - started)
-        metrics.ROWS_PER_COMMIT.labels("leases").observe(source.num_rows)
-        expected = op_counts(source)
-        applied = {
-            "ins": result["num_target_rows_inserted"],
-            "upd": result["num_target_rows_updated"],
-            "del": result["num_target_rows_deleted"],
-        }
-        if applied != expected:  # the CAS makes this impossible; say so loudly if not
-            log.error("lease MERGE applied %s, planned %s", applied, expected)
-        self._state = planner.result_state(table.version())
 
 
 def _policy(sub: Subscription) -> Policy:

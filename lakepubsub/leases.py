@@ -15,7 +15,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -362,21 +362,6 @@ class Planner:
         )
         return bool(self.changed) or before != self.cursor or stale
 
-    def merge_source(self) -> pa.Table:
-        """The MERGE source: one row per change with op ins/upd/del, plus the cursor."""
-        rows: list[Row] = []
-        ops: list[str] = []
-        for key, new in self.changed.items():
-            existed = key in self.state.rows
-            if new is None:
-                if existed:
-                    rows.append(self.state.rows[key])
-                    ops.append("del")
-            else:
-                rows.append(new)
-                ops.append("upd" if existed else "ins")
-        return to_arrow(rows, self.cursor, [*ops, "upd"])
-
     def result_state(self, version: int) -> LeaseState:
         return LeaseState(version, self.cursor, self._rows())
 
@@ -390,8 +375,3 @@ def _key_heads(rows: Iterable[Row]) -> dict[str, Row]:
             if head is None or r.offset < head.offset:
                 heads[r.ordering_key] = r
     return heads
-
-
-def op_counts(source: pa.Table) -> Mapping[str, int]:
-    ops = source.column("op").to_pylist()
-    return {op: ops.count(op) for op in ("ins", "upd", "del")}

@@ -16,6 +16,7 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from lakepubsub import constants, errors
+from lakepubsub._lake.objects import Objects
 from lakepubsub.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,7 @@ class Lake:
             os.makedirs(self.root, exist_ok=True)
         else:
             raise errors.InvalidArgument(f"unsupported lake URI {settings.lake!r}")
+        self.objects = Objects(self.is_s3, self.s3_client)
 
     # -- locations -----------------------------------------------------------------
 

@@ -1,0 +1,485 @@
+"""Direct reads and writes of a Delta table's log, for the hot paths.
+
+delta-rs spends 7-15 ms of CPU on each commit (planning, then a post-commit
+snapshot refresh that on a local filesystem lists the whole ``_delta_log``),
+and a lease MERGE costs more. A commit whose actions are already known costs
+about 1 ms when its JSON is written here with the atomic primitive delta-rs
+itself uses (``Objects.put_if_absent``). Likewise a reader learns of new
+commits by reading the next commit file, instead of reloading the snapshot.
+docs/architecture.md ("The direct log") has the measurements.
+
+The log stays standard Delta (reader version 1, writer version 2, no
+partitions): delta-rs, Spark and the jobs read and write the same tables, and
+their commits are seen here by tailing. A table that uses a feature this
+writer does not implement is refused rather than written wrongly. Checkpoints
+and log cleanup are delegated to delta-rs, off the hot path.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+from deltalake.exceptions import CommitFailedError
+
+from lakepubsub import constants, errors
+from lakepubsub._lake.storage import Lake, storage_errors
+
+log = logging.getLogger(__name__)
+
+ENGINE = "lakepubsub"
+# Delta truncates string statistics; longer values get no min/max (still correct).
+MAX_STRING_STAT_CHARS = 32
+_MS_PER_S = 1000
+_US_PER_MS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class DataFile:
+    """A live data file: its path relative to the table root and its statistics.
+
+    ``mins``/``maxs`` hold the tracked integer and timestamp columns (timestamps
+    in microseconds; a maximum written with millisecond precision is rounded up).
+    """
+
+    path: str
+    size: int
+    rows: int
+    mins: Mapping[str, int]
+    maxs: Mapping[str, int]
+
+
+class TableLog:
+    """One owner's view of one Delta table: its version, live files, and commits.
+
+    Not thread-safe: one thread (a publisher, a dispatcher) owns an instance.
+    ``generation`` changes whenever files were removed or the view reloaded,
+    so an index built on ``files`` knows when appending is not enough.
+    """
+
+    def __init__(self, lake: Lake, uri: str, *, tracked: Iterable[str] = ()) -> None:
+        self.uri = uri
+        self._lake = lake
+        self._tracked = frozenset(tracked)
+        self.version = -1
+        self.files: dict[str, DataFile] = {}
+        self.generation = 0
+        self._filesystem: Any = None
+        self._checkpoint_interval = int(constants.CHECKPOINT_INTERVAL)
+        self._checkpoint_version = -1
+        self._checkpoint_at = 0.0
+        self._refused: str | None = None
+        self._append_only = False
+        self._confirmed_at = 0.0
+        self.load()
+
+    # -- reading -------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Read the latest snapshot through delta-rs (checkpoint plus commits)."""
+        table = self._lake.open(self.uri)
+        with storage_errors(self.uri):
+            version = table.version()
+            actions = pa.table(table.get_add_actions(flatten=True))
+            protocol = table.protocol()
+            metadata = table.metadata()
+        self.files = _files_of(actions, self._tracked)
+        self.version = version
+        self.generation += 1
+        self._confirmed_at = time.monotonic()
+        interval = metadata.configuration.get("delta.checkpointInterval")
+        self._checkpoint_interval = int(interval or constants.CHECKPOINT_INTERVAL)
+        self._refused = _refusal(protocol, metadata)
+        self._append_only = metadata.configuration.get("delta.appendOnly") == "true"
+
+    def tail(self) -> bool:
+        """Apply commits made since the loaded version; True if there were any."""
+        moved = False
+        while True:
+            with storage_errors(self.uri):
+                body = self._lake.objects.read(self._commit_uri(self.version + 1))
+            if body is None:
+                break
+            actions = _parse(body)
+            if any("metaData" in a or "protocol" in a for a in actions):
+                self.load()  # a schema or property change: start over from delta-rs
+                return True
+            self._apply(actions)
+            self.version += 1
+            self._confirmed_at = time.monotonic()
+            moved = True
+        if not moved and self._own_version_gone():
+            # Our version's log file was cleaned up after a checkpoint: the table
+            # moved on and the commits in between are gone; reload.
+            version = self.version
+            self.load()
+            return self.version != version
+        return moved
+
+    def _own_version_gone(self) -> bool:
+        recheck_s = (
+            constants.S3_LOG_RECHECK_S if self._lake.is_s3 else constants.LOCAL_LOG_RECHECK_S
+        )
+        if self.version < 0 or time.monotonic() - self._confirmed_at < recheck_s:
+            return False
+        with storage_errors(self.uri):
+            present = self._lake.objects.exists(self._commit_uri(self.version))
+        if present:
+            self._confirmed_at = time.monotonic()
+        return not present
+
+    def committed_by(self, marker: str) -> int | None:
+        """The version whose commit carries ``marker`` (``commit(..., marker=)``), among
+        the next few after the loaded one, or None."""
+        for version in range(self.version + 1, self.version + 1 + constants.COMMIT_ATTEMPTS):
+            with storage_errors(self.uri):
+                body = self._lake.objects.read(self._commit_uri(version))
+            if body is None:
+                return None
+            if marker.encode() in body:
+                return version
+        return None
+
+    def path_of(self, relative: str) -> str:
+        """A data file's full path or URI."""
+        return f"{self.uri}/{relative}"
+
+    def filesystem(self) -> Any:
+        """A pyarrow filesystem rooted at the table (S3 only; local paths are absolute)."""
+        if self._filesystem is None:
+            from deltalake.fs import DeltaStorageHandler
+            from pyarrow.fs import PyFileSystem
+
+            options = dict(self._lake.storage_options or {})
+            self._filesystem = PyFileSystem(DeltaStorageHandler(self.uri, options))
+        return self._filesystem
+
+    # -- writing -------------------------------------------------------------------------
+
+    def write_file(self, rows: pa.Table) -> dict[str, Any]:
+        """Write ``rows`` as a new data file; its add action, to pass to ``commit``.
+
+        A file whose commit never lands is invisible; vacuum removes it later.
+        """
+        self._check_writable(removes=False)
+        name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+        target = self.path_of(name)
+        with storage_errors(self.uri):
+            if self._lake.is_s3:
+                sink = pa.BufferOutputStream()
+                pq.write_table(rows, sink, compression="snappy")
+                data = sink.getvalue().to_pybytes()
+                self._lake.objects.put(target, data)
+                size = len(data)
+            else:
+                pq.write_table(rows, target, compression="snappy")
+                size = os.stat(target).st_size
+        return {
+            "add": {
+                "path": name,
+                "partitionValues": {},
+                "size": size,
+                "modificationTime": _now_ms(),
+                "dataChange": True,
+                "stats": orjson.dumps(_stats(rows)).decode(),
+            }
+        }
+
+    def discard(self, add: Mapping[str, Any]) -> None:
+        """Delete the file of an add action whose commit failed (best effort: vacuum
+        removes what is left)."""
+        try:
+            self._lake.objects.delete(self.path_of(add["add"]["path"]))
+        except Exception as exc:
+            log.debug("could not delete an uncommitted file: %s", exc)
+
+    def remove(self, path: str) -> dict[str, Any]:
+        """The remove action of a live file, to pass to ``commit``."""
+        self._check_writable(removes=True)
+        return {
+            "remove": {
+                "path": path,
+                "deletionTimestamp": _now_ms(),
+                "dataChange": True,
+                "extendedFileMetadata": True,
+                "partitionValues": {},
+                "size": self.files[path].size,
+            }
+        }
+
+    def commit(
+        self,
+        actions: list[dict[str, Any]],
+        *,
+        operation: str,
+        parameters: Mapping[str, Any],
+        blind_append: bool,
+    ) -> int:
+        """Commit ``actions`` as the version after the loaded one; return it.
+
+        Raises ``CommitFailedError`` if another writer committed that version
+        first: a strict compare-and-swap, as ``max_commit_retries=0``. A commit
+        whose answer was lost but which landed counts as landed.
+        """
+        version = self.version + 1
+        marker = uuid.uuid4().hex
+        info = {
+            "commitInfo": {
+                "timestamp": _now_ms(),
+                "operation": operation,
+                "operationParameters": dict(parameters),
+                "isBlindAppend": blind_append,
+                "engineInfo": ENGINE,
+                "clientVersion": ENGINE,
+                "txnId": marker,
+            }
+        }
+        body = b"\n".join(orjson.dumps(a) for a in (info, *actions)) + b"\n"
+        uri = self._commit_uri(version)
+        with storage_errors(self.uri):
+            landed = self._lake.objects.put_if_absent(uri, body)
+            if not landed:
+                # A retried PUT whose first attempt landed also finds the name taken.
+                existing = self._lake.objects.read(uri)
+                landed = existing is not None and marker.encode() in existing
+        if not landed:
+            raise CommitFailedError(f"{self.uri}: version {version} was taken by another writer")
+        self._apply(actions)
+        self.version = version
+        self._confirmed_at = time.monotonic()
+        self._maybe_checkpoint()
+        return version
+
+    def _check_writable(self, *, removes: bool) -> None:
+        if self._refused is not None:
+            raise errors.FailedPrecondition(f"{self.uri}: {self._refused}")
+        if removes and self._append_only:
+            raise errors.FailedPrecondition(f"{self.uri}: the table is append-only")
+
+    def _apply(self, actions: list[dict[str, Any]]) -> None:
+        removed = False
+        for action in actions:
+            if "add" in action:
+                add = action["add"]
+                self.files[add["path"]] = _data_file(add, self._tracked)
+            elif "remove" in action:
+                removed = self.files.pop(action["remove"]["path"], None) is not None or removed
+        if removed:
+            self.generation += 1
+
+    def _maybe_checkpoint(self) -> None:
+        now = time.monotonic()
+        if (
+            self.version - self._checkpoint_version >= self._checkpoint_interval
+            and now - self._checkpoint_at >= constants.CHECKPOINT_MIN_SPACING_S
+        ):
+            self._checkpoint_version, self._checkpoint_at = self.version, now
+            _CHECKPOINTS.request(self.uri, self._lake.storage_options)
+
+    def _commit_uri(self, version: int) -> str:
+        return f"{self.uri}/_delta_log/{version:020d}.json"
+
+
+# -- checkpoints ----------------------------------------------------------------------------
+
+
+class _Checkpointer:
+    """One background thread per process writing checkpoints through delta-rs for
+    tables committed here, and removing expired log files after them.
+
+    It keeps a delta-rs handle per table and brings it up to date before each
+    checkpoint, so each one reads only the commits since the last (on S3 every
+    commit file read is a GET).
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._pending: dict[str, Mapping[str, str] | None] = {}
+        self._tables: OrderedDict[str, DeltaTable] = OrderedDict()
+        self._cleaned_at: dict[str, float] = {}
+        self._thread: threading.Thread | None = None
+
+    def request(self, uri: str, storage_options: Mapping[str, str] | None) -> None:
+        with self._cond:
+            self._pending[uri] = storage_options
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="checkpoints", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending:
+                    self._cond.wait()
+                uri = next(iter(self._pending))
+                options = self._pending.pop(uri)
+            try:
+                self._checkpoint(uri, options)
+            except Exception as exc:  # the next request tries again; reads stay correct
+                self._tables.pop(uri, None)
+                log.info("checkpoint of %s skipped: %s", uri, exc)
+
+    def _checkpoint(self, uri: str, options: Mapping[str, str] | None) -> None:
+        table = self._tables.pop(uri, None)
+        if table is None:
+            table = DeltaTable(uri, storage_options=dict(options) if options else None)
+        else:
+            table.update_incremental()
+        self._tables[uri] = table
+        while len(self._tables) > constants.CHECKPOINT_HANDLES:
+            self._tables.popitem(last=False)
+        table.create_checkpoint()
+        now = time.monotonic()
+        if now - self._cleaned_at.get(uri, 0.0) >= constants.LOG_CLEANUP_SPACING_S:
+            self._cleaned_at[uri] = now
+            table.cleanup_metadata()
+
+
+_CHECKPOINTS = _Checkpointer()
+
+
+# -- the log's JSON --------------------------------------------------------------------------
+
+
+def _parse(body: bytes) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in body.splitlines() if line.strip()]
+
+
+def _refusal(protocol: Any, metadata: Any) -> str | None:
+    """Why direct writes to this table would be wrong, if they would."""
+    if protocol.min_reader_version > 1 or protocol.min_writer_version > 2:
+        return (
+            f"Delta protocol ({protocol.min_reader_version}, {protocol.min_writer_version}) "
+            "has features lakepubsub's writer does not implement"
+        )
+    if metadata.partition_columns:
+        return "partitioned tables are not written directly"
+    return None
+
+
+def _files_of(actions: pa.Table, tracked: frozenset[str]) -> dict[str, DataFile]:
+    """Live files from delta-rs's flattened add actions."""
+    if actions.num_rows == 0:
+        return {}
+    columns: dict[str, list[Any]] = {}
+    for name in tracked:
+        for side in ("min", "max"):
+            key = f"{side}.{name}"
+            if key in actions.column_names:
+                columns[key] = _as_int(actions[key], max_side=side == "max")
+    paths = actions["path"].to_pylist()
+    sizes = actions["size_bytes"].to_pylist()
+    counts = actions["num_records"].to_pylist()
+    files = {}
+    for i, path in enumerate(paths):
+        mins = {n: v[i] for n in tracked if (v := columns.get(f"min.{n}")) and v[i] is not None}
+        maxs = {n: v[i] for n in tracked if (v := columns.get(f"max.{n}")) and v[i] is not None}
+        files[path] = DataFile(path, int(sizes[i]), int(counts[i] or 0), mins, maxs)
+    return files
+
+
+def _as_int(column: pa.ChunkedArray, *, max_side: bool) -> list[int | None]:
+    if pa.types.is_timestamp(column.type):
+        values: list[int | None] = (
+            column.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_pylist()
+        )
+        if max_side:  # statistics keep milliseconds: the true maximum may be later
+            return [None if v is None else _ceil_ms(v) for v in values]
+        return values
+    return [None if v is None else int(v) for v in column.to_pylist()]
+
+
+def _data_file(add: Mapping[str, Any], tracked: frozenset[str]) -> DataFile:
+    stats = add.get("stats")
+    parsed = orjson.loads(stats) if stats else {}
+    mins = _stat_values(parsed.get("minValues") or {}, tracked, max_side=False)
+    maxs = _stat_values(parsed.get("maxValues") or {}, tracked, max_side=True)
+    return DataFile(
+        add["path"], int(add.get("size") or 0), int(parsed.get("numRecords") or 0), mins, maxs
+    )
+
+
+def _stat_values(
+    values: Mapping[str, Any], tracked: frozenset[str], *, max_side: bool
+) -> dict[str, int]:
+    out = {}
+    for name in tracked:
+        value = values.get(name)
+        if isinstance(value, bool) or value is None:
+            continue
+        if isinstance(value, int):
+            out[name] = value
+        elif isinstance(value, str):
+            try:
+                stamp = datetime.fromisoformat(value)
+            except ValueError:
+                continue
+            if stamp.tzinfo is None:
+                stamp = stamp.replace(tzinfo=UTC)
+            us = _epoch_us(stamp)
+            out[name] = _ceil_ms(us) if max_side else us
+    return out
+
+
+def _epoch_us(stamp: datetime) -> int:
+    delta = stamp - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _ceil_ms(us: int) -> int:
+    """The last microsecond of ``us``'s millisecond: an upper bound for a truncated maximum."""
+    return us - us % _US_PER_MS + _US_PER_MS - 1
+
+
+def _stats(rows: pa.Table) -> dict[str, Any]:
+    """Delta file statistics: row count, null counts, min/max of simple columns."""
+    mins: dict[str, Any] = {}
+    maxs: dict[str, Any] = {}
+    nulls: dict[str, int] = {}
+    for field, column in zip(rows.schema, rows.columns, strict=True):
+        kind = field.type
+        if pa.types.is_nested(kind):
+            continue
+        nulls[field.name] = column.null_count
+        if column.null_count == len(column):
+            continue
+        if pa.types.is_timestamp(kind):
+            us = column.cast(pa.timestamp("us", tz=kind.tz)).cast(pa.int64())
+            low, high = _min_max(us)
+            mins[field.name] = _format_ms(low // _US_PER_MS)
+            maxs[field.name] = _format_ms(-(-high // _US_PER_MS))
+        elif pa.types.is_integer(kind):
+            mins[field.name], maxs[field.name] = _min_max(column)
+        elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            low, high = _min_max(column)
+            if len(low) <= MAX_STRING_STAT_CHARS and len(high) <= MAX_STRING_STAT_CHARS:
+                mins[field.name], maxs[field.name] = low, high
+    return {"numRecords": rows.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls}
+
+
+def _min_max(column: pa.ChunkedArray | pa.Array) -> tuple[Any, Any]:
+    result = pc.min_max(column)
+    return result["min"].as_py(), result["max"].as_py()
+
+
+def _format_ms(ms: int) -> str:
+    seconds, millis = divmod(ms, _MS_PER_S)
+    return f"{datetime.fromtimestamp(seconds, tz=UTC):%Y-%m-%dT%H:%M:%S}.{millis:03d}Z"
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000

@@ -1,0 +1,123 @@
+"""A subscription's lease table: its state at the latest version, and commits of a plan.
+
+A commit is copy-on-write by file, as a MERGE would be, but written directly
+(``TableLog``): the cursor row lives in a file of its own, rewritten by every
+commit; rows a plan changed go to one new file, together with the unchanged
+rows of the files they replace. A pull that leases 1,000 new messages writes
+those 1,000 rows and the cursor; the ack that deletes them writes only the
+cursor. When the table holds more than ``MAX_FILES`` files, a commit rewrites
+them all into one. The commit is a strict compare-and-swap on the version: a
+plan made on a state that another writer has moved on fails and is redone.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake.exceptions import CommitFailedError
+
+from lakepubsub import metrics, schemas
+from lakepubsub._lake import Lake, TableLog, storage_errors
+from lakepubsub.leases import CURSOR_KEY, Key, LeaseState, Planner, Row, to_arrow
+
+# Files a lease table may hold before a commit consolidates them into one:
+# reading the state after another writer's commit reads every file.
+MAX_FILES = 8
+
+
+class LeaseTable:
+    """One process's handle on one subscription's lease table. Not thread-safe."""
+
+    def __init__(self, lake: Lake, subscription_uid: str) -> None:
+        self.uri = lake.leases_uri(subscription_uid)
+        self._lake = lake
+        self._log = TableLog(lake, self.uri)
+        self._state: LeaseState | None = None
+        self._file_of: dict[Key, str] = {}
+        self._keys_in: dict[str, set[Key]] = {}
+
+    @property
+    def version(self) -> int:
+        return self._log.version
+
+    def state(self) -> LeaseState:
+        """The state at the latest version; files are read only after others' commits."""
+        self._log.tail()
+        if self._state is None or self._state.version != self._log.version:
+            self._read()
+        assert self._state is not None
+        return self._state
+
+    def _read(self) -> None:
+        file_of: dict[Key, str] = {}
+        keys_in: dict[str, set[Key]] = {}
+        parts = []
+        with storage_errors(self.uri):
+            for path in self._log.files:
+                if self._lake.is_s3:
+                    rows = pq.read_table(path, filesystem=self._log.filesystem())
+                else:
+                    rows = pq.read_table(self._log.path_of(path))
+                keys = set(zip(rows["kind"].to_pylist(), rows["offset"].to_pylist(), strict=True))
+                keys_in[path] = keys
+                file_of.update((key, path) for key in keys)
+                parts.append(rows.select(schemas.LEASES.names).cast(schemas.LEASES))
+        table = pa.concat_tables(parts) if parts else schemas.LEASES.empty_table()
+        self._state = LeaseState.from_arrow(table, self._log.version)
+        self._file_of, self._keys_in = file_of, keys_in
+
+    def commit(self, planner: Planner) -> LeaseState:
+        """Commit ``planner``'s changes on top of the state it was made from.
+
+        Raises ``CommitFailedError`` if the table moved since; nothing is changed then.
+        """
+        assert self._state is not None and planner.state is self._state
+        log = self._log
+        started = time.perf_counter()
+        result = planner.result_state(log.version)
+        changed = set(planner.changed)
+        touched = {self._file_of[k] for k in changed | {CURSOR_KEY} if k in self._file_of}
+        carried = set().union(*(self._keys_in[p] for p in touched)) if touched else set()
+        keys = (carried | changed) - {CURSOR_KEY}
+        rows = [result.rows[k] for k in keys if k in result.rows]
+        if len(log.files) - len(touched) + (1 if rows else 0) + 1 > MAX_FILES:
+            touched = set(log.files)
+            rows = list(result.rows.values())
+        rows.sort(key=lambda r: r.key)
+        adds = [log.write_file(to_arrow([], result.cursor))]
+        if rows:
+            adds.append(log.write_file(to_arrow(rows, None)))
+        try:
+            version = log.commit(
+                [*adds, *(log.remove(p) for p in sorted(touched))],
+                operation="MERGE",
+                parameters={"predicate": "kind, offset"},
+                blind_append=False,
+            )
+        except CommitFailedError:
+            for add in adds:
+                log.discard(add)
+            raise
+        metrics.COMMITS.labels("leases").inc()
+        metrics.COMMIT_SECONDS.labels("leases").observe(time.perf_counter() - started)
+        metrics.ROWS_PER_COMMIT.labels("leases").observe(len(rows) + 1)
+        self._track(touched, adds, rows)
+        self._state = LeaseState(version, result.cursor, result.rows)
+        return self._state
+
+    def _track(
+        self, removed: set[str], adds: list[dict[str, dict[str, str]]], rows: list[Row]
+    ) -> None:
+        for path in removed:
+            for key in self._keys_in.pop(path, ()):
+                if self._file_of.get(key) == path:
+                    del self._file_of[key]
+        cursor_path = adds[0]["add"]["path"]
+        self._keys_in[cursor_path] = {CURSOR_KEY}
+        self._file_of[CURSOR_KEY] = cursor_path
+        if len(adds) > 1:
+            path = adds[1]["add"]["path"]
+            self._keys_in[path] = {r.key for r in rows}
+            self._file_of.update((r.key, path) for r in rows)
