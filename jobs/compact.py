@@ -40,6 +40,7 @@ from jobs.common import (
 )
 from lakepubsub import errors
 from lakepubsub._lake import storage_errors
+from lakepubsub.topic_table import MessagesTable
 
 log = logging.getLogger("lakepubsub.jobs.compact")
 
@@ -84,6 +85,7 @@ class Target:
     kind: str
     name: str
     uri: str
+    uid: str = ""  # the topic's or subscription's uid
 
 
 @dataclass
@@ -132,9 +134,12 @@ def targets(ctx: JobContext) -> list[Target]:
     found = [Target(CATALOG, "catalog", lake.catalog_uri)]
     if lake.exists(lake.truncations_uri):
         found.append(Target(TRUNCATIONS, "truncations", lake.truncations_uri))
-    found += [Target(MESSAGES, t.name.path, lake.messages_uri(t.uid)) for t in engine.all_topics()]
     found += [
-        Target(LEASES, s.name.path, lake.leases_uri(s.uid)) for s in engine.all_subscriptions()
+        Target(MESSAGES, t.name.path, lake.messages_uri(t.uid), t.uid) for t in engine.all_topics()
+    ]
+    found += [
+        Target(LEASES, s.name.path, lake.leases_uri(s.uid), s.uid)
+        for s in engine.all_subscriptions()
     ]
     return found
 
@@ -194,12 +199,16 @@ def _maintain(
         _compact(ctx, table, target, size, options, result)
     if options.vacuum:
         result.files_vacuumed = _vacuum(table, target, options, full=written_since_checkpoint)
-    with storage_errors(target.uri):
-        table.update_incremental()
-        if not has_checkpoint(ctx.lake, table):
-            table.create_checkpoint()
-            table.cleanup_metadata()
-            result.checkpoint_version = table.version()
+
+    def checkpoint() -> None:
+        with storage_errors(target.uri):
+            table.update_incremental()
+            if not has_checkpoint(ctx.lake, table):
+                table.create_checkpoint()
+                table.cleanup_metadata()
+                result.checkpoint_version = table.version()
+
+    retrying(target.kind, checkpoint)
     after = FileStats.of(table)
     result.files_after, result.rows_after, result.bytes_after = after.files, after.rows, after.bytes
 
@@ -212,6 +221,9 @@ def _compact(
     options: CompactOptions,
     result: TableResult,
 ) -> None:
+    if target.kind == MESSAGES:
+        _compact_messages(ctx, target, size, options, result)
+        return
     start = table.version()
 
     def attempt() -> dict[str, object]:
@@ -227,7 +239,30 @@ def _compact(
     result.files_removed = int(str(metrics.get("numFilesRemoved", 0)))
     result.files_added = int(str(metrics.get("numFilesAdded", 0)))
     if result.files_removed:
-        _check_rows_kept(ctx, table, target, start)
+        with storage_errors(target.uri):
+            table.update_incremental()
+        versions = range(start + 1, table.version() + 1)
+        _check_rows_kept(ctx, table, target, [v for v in versions if _is_optimize(ctx, table, v)])
+    _log_compaction(target, result)
+
+
+def _compact_messages(
+    ctx: JobContext, target: Target, size: int, options: CompactOptions, result: TableResult
+) -> None:
+    """A topic's messages compact through the direct log (``MessagesTable.compact``):
+    its commit moves past the publishers' appends instead of losing to them."""
+
+    def attempt() -> tuple[int, int, list[int]]:
+        messages = MessagesTable(ctx.lake, target.uid)
+        return messages.compact(target_bytes=size, min_small_files=options.min_small_files)
+
+    result.files_removed, result.files_added, versions = retrying(target.kind, attempt)
+    if versions:
+        _check_rows_kept(ctx, ctx.lake.open(target.uri), target, versions)
+    _log_compaction(target, result)
+
+
+def _log_compaction(target: Target, result: TableResult) -> None:
     log.info(
         "%s %s: compacted %d files into %d",
         target.kind,
@@ -237,11 +272,15 @@ def _compact(
     )
 
 
-def _check_rows_kept(ctx: JobContext, table: DeltaTable, target: Target, since: int) -> None:
-    """Each compaction commit after ``since`` holds as many rows as the version before it."""
-    for version in range(since + 1, table.version() + 1):
-        if commit_info(ctx.lake, table, version).get("operation") != "OPTIMIZE":
-            continue
+def _is_optimize(ctx: JobContext, table: DeltaTable, version: int) -> bool:
+    return commit_info(ctx.lake, table, version).get("operation") == "OPTIMIZE"
+
+
+def _check_rows_kept(
+    ctx: JobContext, table: DeltaTable, target: Target, versions: list[int]
+) -> None:
+    """Each compaction commit holds as many rows as the version before it."""
+    for version in versions:
         rows_before = FileStats.of(ctx.lake.open(target.uri, version=version - 1)).rows
         rows_after = FileStats.of(ctx.lake.open(target.uri, version=version)).rows
         if rows_before != rows_after:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from deltalake import CommitProperties, write_deltalake
+from deltalake import write_deltalake
 
 from jobs.common import JobContext, Stopwatch, offset_range, retrying
 from lakepubsub import catalog, constants, errors, schemas
@@ -367,18 +367,13 @@ def _delete_unneeded(
         result.status = "nothing"
         return
 
-    def attempt() -> dict[str, object]:
-        with storage_errors(messages.uri):
-            table.update_incremental()
-            metrics: dict[str, object] = table.delete(
-                f"offset < {bound}",
-                commit_properties=CommitProperties(custom_metadata={"lakepubsub.job": "truncate"}),
-            )
-            return metrics
+    def attempt() -> int:
+        # Through the direct log: the delete moves past publishers' appends.
+        deleted, _ = MessagesTable(ctx.lake, topic.uid).delete_below(bound)
+        return deleted
 
-    metrics = retrying("messages", attempt)
+    result.rows_deleted = retrying("messages", attempt)
     result.kept_from = bound
-    result.rows_deleted = int(str(metrics.get("num_deleted_rows", 0)))
     log.info("%s: deleted %d messages below %d", topic.name.path, result.rows_deleted, bound)
 
 

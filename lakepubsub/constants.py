@@ -57,11 +57,20 @@ CHECKPOINT_MIN_SPACING_S = 0.25
 LOG_CLEANUP_SPACING_S = 10.0
 # delta-rs handles the checkpoint thread keeps, one per recently committed table.
 CHECKPOINT_HANDLES = 64
+# At interpreter exit, how long to wait for a checkpoint in progress.
+CHECKPOINT_EXIT_WAIT_S = 10.0
 # A reader that finds no next commit checks that its own version's log file
 # still exists (else the log was cleaned up past it and it must reload) at most
 # this often: a stat on a local disk is free, an S3 HEAD is not, and an S3
 # lake keeps 7 days of log.
 LOCAL_LOG_RECHECK_S = 0.0
+# Opening a table whose local log grew while delta-rs listed it is retried this
+# many times, pausing a multiple of this between tries (lakepubsub/_lake/storage.py).
+LOG_RACE_ATTEMPTS = 8
+# A compaction or delete through the direct log moves past at most this many
+# versions committed by others before it gives up (and its job retries later).
+REBASE_ATTEMPTS = 1000
+LOG_RACE_PAUSE_S = 0.005
 S3_LOG_RECHECK_S = 600.0
 
 

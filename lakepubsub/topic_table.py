@@ -24,6 +24,9 @@ from lakepubsub import metrics, schemas
 from lakepubsub._lake import DataFile, Lake, TableLog, storage_errors
 
 _TRACKED = ("offset", "publish_time")
+# Compacted files are written in row groups of about this many bytes, so a read
+# of a few thousand offsets decodes one row group, not a 128 MiB file.
+ROW_GROUP_BYTES = 8 * 1024 * 1024
 
 
 class MessagesTable:
@@ -119,6 +122,9 @@ class MessagesTable:
         paths = self._paths(lo, hi)
         if not paths:
             return schemas.MESSAGES.empty_table()
+        return _by_offset(self._read_files(paths, expression))
+
+    def _read_files(self, paths: list[str], expression: pc.Expression | None = None) -> pa.Table:
         with storage_errors(self.uri):
             if self._lake.is_s3:
                 filesystem = self._log.filesystem()
@@ -130,8 +136,7 @@ class MessagesTable:
                 dataset = ds.dataset(
                     [os.path.join(self.uri, p) for p in paths], schema=schemas.MESSAGES
                 )
-            table = dataset.to_table(filter=expression)
-        return _by_offset(table)
+            return dataset.to_table(filter=expression)
 
     def first_offset_at(self, time_us: int) -> int:
         """The first offset published at or after ``time_us`` (the head if none),
@@ -188,6 +193,99 @@ class MessagesTable:
         with storage_errors(self.uri):
             landed = table.transaction_version(app_id)
         return landed is not None and landed >= txn_version
+
+    # -- maintenance (the compaction and truncation jobs) ----------------------------
+
+    def compact(self, *, target_bytes: int, min_small_files: int) -> tuple[int, int, list[int]]:
+        """Rewrite runs of adjacent small files into files of about ``target_bytes``.
+
+        Each run becomes one file in offset order, so files keep disjoint, ordered
+        offset ranges; its commit carries ``dataChange=false``. Returns the files
+        removed and added and the versions committed. ``CommitFailedError`` if
+        another writer removed a file being compacted (redo from a fresh read).
+        """
+        self.refresh()
+        self._sync()
+        files = self._log.files
+        if sum(1 for e in self._index if files[e[3]].size < target_bytes) < min_small_files:
+            return 0, 0, []
+        runs: list[list[str]] = [[]]
+        size = 0
+        for _, _, _, path in self._index:
+            f = files[path]
+            if f.size >= target_bytes or (runs[-1] and size + f.size > target_bytes):
+                runs.append([])
+                size = 0
+            if f.size < target_bytes:
+                runs[-1].append(path)
+                size += f.size
+        removed = added = 0
+        versions = []
+        for run in (r for r in runs if len(r) > 1):
+            rows = _by_offset(self._read_files(run))
+            group = max(1, rows.num_rows * ROW_GROUP_BYTES // max(1, rows.nbytes))
+            versions.append(
+                self._rewrite(
+                    run,
+                    [rows],
+                    operation="OPTIMIZE",
+                    parameters={"targetSize": str(target_bytes)},
+                    data_change=False,
+                    row_group_rows=group,
+                )
+            )
+            removed, added = removed + len(run), added + 1
+        return removed, added, versions
+
+    def delete_below(self, bound: int) -> tuple[int, int | None]:
+        """Delete every message with an offset below ``bound`` (keep the head's row:
+        callers pass ``bound <= head - 1``). Returns the rows deleted and the version."""
+        self.refresh()
+        self._sync()
+        doomed, kept, deleted = [], [], 0
+        for lo, hi, _, path in self._index:
+            if lo >= bound:
+                break
+            doomed.append(path)
+            if hi < bound:
+                deleted += self._log.files[path].rows
+            else:  # straddles the bound: keep its rows from the bound on
+                rows = _by_offset(self._read_files([path]))
+                keep = rows.filter(pc.greater_equal(rows["offset"], bound))
+                kept.append(keep)
+                deleted += rows.num_rows - keep.num_rows
+        if not doomed:
+            return 0, None
+        version = self._rewrite(
+            doomed, kept, operation="DELETE", parameters={"predicate": f"offset < {bound}"}
+        )
+        return deleted, version
+
+    def _rewrite(
+        self,
+        removed: list[str],
+        written: list[pa.Table],
+        *,
+        operation: str,
+        parameters: dict[str, str],
+        data_change: bool = True,
+        row_group_rows: int | None = None,
+    ) -> int:
+        log = self._log
+        adds = [
+            log.write_file(rows, data_change=data_change, row_group_rows=row_group_rows)
+            for rows in written
+            if rows.num_rows
+        ]
+        actions = [*adds, *(log.remove(p, data_change=data_change) for p in removed)]
+        try:
+            return log.commit_rebasing(actions, operation=operation, parameters=parameters)
+        except CommitFailedError:
+            for add in adds:
+                log.discard(add)
+            raise
+        finally:
+            self._sync()
 
 
 def _entry(f: DataFile) -> tuple[int, int, int, str]:

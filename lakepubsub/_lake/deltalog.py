@@ -17,6 +17,7 @@ and log cleanup are delegated to delta-rs, off the hot path.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
@@ -169,10 +170,13 @@ class TableLog:
 
     # -- writing -------------------------------------------------------------------------
 
-    def write_file(self, rows: pa.Table) -> dict[str, Any]:
+    def write_file(
+        self, rows: pa.Table, *, data_change: bool = True, row_group_rows: int | None = None
+    ) -> dict[str, Any]:
         """Write ``rows`` as a new data file; its add action, to pass to ``commit``.
 
-        A file whose commit never lands is invisible; vacuum removes it later.
+        A file whose commit never lands is invisible; ``discard`` or vacuum removes it.
+        ``data_change=False`` marks a rewrite of rows already in the table (compaction).
         """
         self._check_writable(removes=False)
         name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
@@ -180,12 +184,12 @@ class TableLog:
         with storage_errors(self.uri):
             if self._lake.is_s3:
                 sink = pa.BufferOutputStream()
-                pq.write_table(rows, sink, compression="snappy")
+                pq.write_table(rows, sink, compression="snappy", row_group_size=row_group_rows)
                 data = sink.getvalue().to_pybytes()
                 self._lake.objects.put(target, data)
                 size = len(data)
             else:
-                pq.write_table(rows, target, compression="snappy")
+                pq.write_table(rows, target, compression="snappy", row_group_size=row_group_rows)
                 size = os.stat(target).st_size
         return {
             "add": {
@@ -193,7 +197,7 @@ class TableLog:
                 "partitionValues": {},
                 "size": size,
                 "modificationTime": _now_ms(),
-                "dataChange": True,
+                "dataChange": data_change,
                 "stats": orjson.dumps(_stats(rows)).decode(),
             }
         }
@@ -206,14 +210,14 @@ class TableLog:
         except Exception as exc:
             log.debug("could not delete an uncommitted file: %s", exc)
 
-    def remove(self, path: str) -> dict[str, Any]:
+    def remove(self, path: str, *, data_change: bool = True) -> dict[str, Any]:
         """The remove action of a live file, to pass to ``commit``."""
         self._check_writable(removes=True)
         return {
             "remove": {
                 "path": path,
                 "deletionTimestamp": _now_ms(),
-                "dataChange": True,
+                "dataChange": data_change,
                 "extendedFileMetadata": True,
                 "partitionValues": {},
                 "size": self.files[path].size,
@@ -263,6 +267,35 @@ class TableLog:
         self._maybe_checkpoint()
         return version
 
+    def commit_rebasing(
+        self,
+        actions: list[dict[str, Any]],
+        *,
+        operation: str,
+        parameters: Mapping[str, Any],
+        attempts: int = constants.REBASE_ATTEMPTS,
+    ) -> int:
+        """Commit actions that add files and remove files of the loaded version,
+        moving past versions other writers take meanwhile.
+
+        Such a commit conflicts only with a writer that removed one of the same
+        files (Delta's rule for rewrites: appends do not matter to it), and
+        then raises ``CommitFailedError``. A commit costs about a millisecond,
+        so this wins against publishers committing hundreds of times a second,
+        where delta-rs's own retry loop (a snapshot reload per attempt) loses.
+        """
+        removed = {a["remove"]["path"] for a in actions if "remove" in a}
+        for _ in range(attempts):
+            try:
+                return self.commit(
+                    actions, operation=operation, parameters=parameters, blind_append=False
+                )
+            except CommitFailedError:
+                self.tail()
+                if not removed <= self.files.keys():
+                    raise
+        raise CommitFailedError(f"{self.uri}: {attempts} versions taken by other writers")
+
     def _check_writable(self, *, removes: bool) -> None:
         if self._refused is not None:
             raise errors.FailedPrecondition(f"{self.uri}: {self._refused}")
@@ -287,7 +320,7 @@ class TableLog:
             and now - self._checkpoint_at >= constants.CHECKPOINT_MIN_SPACING_S
         ):
             self._checkpoint_version, self._checkpoint_at = self.version, now
-            _CHECKPOINTS.request(self.uri, self._lake.storage_options)
+            _CHECKPOINTS.request(self.uri, self.version, self._lake.storage_options)
 
     def _commit_uri(self, version: int) -> str:
         return f"{self.uri}/_delta_log/{version:020d}.json"
@@ -300,45 +333,68 @@ class _Checkpointer:
     """One background thread per process writing checkpoints through delta-rs for
     tables committed here, and removing expired log files after them.
 
-    It keeps a delta-rs handle per table and brings it up to date before each
-    checkpoint, so each one reads only the commits since the last (on S3 every
-    commit file read is a GET).
+    It keeps a delta-rs handle per table and moves it to the requested version
+    before each checkpoint, reading the commits since the last checkpoint (on S3
+    every commit file read is a GET).
     """
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._pending: dict[str, Mapping[str, str] | None] = {}
+        self._pending: dict[str, tuple[int, Mapping[str, str] | None]] = {}
         self._tables: OrderedDict[str, DeltaTable] = OrderedDict()
         self._cleaned_at: dict[str, float] = {}
         self._thread: threading.Thread | None = None
+        self._stopping = False
 
-    def request(self, uri: str, storage_options: Mapping[str, str] | None) -> None:
+    def request(self, uri: str, version: int, storage_options: Mapping[str, str] | None) -> None:
+        """Checkpoint ``uri`` at ``version`` (or a later version requested meanwhile)."""
         with self._cond:
-            self._pending[uri] = storage_options
+            if self._stopping:
+                return
+            earlier = self._pending.get(uri, (-1, None))[0]
+            self._pending[uri] = (max(version, earlier), storage_options)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="checkpoints", daemon=True)
                 self._thread.start()
+                atexit.register(self.stop)
             self._cond.notify()
+
+    def stop(self) -> None:
+        """Let a checkpoint in progress finish (a thread killed inside delta-rs at
+        interpreter exit can crash the process); pending ones are dropped."""
+        with self._cond:
+            self._stopping = True
+            self._pending.clear()
+            self._cond.notify()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout=constants.CHECKPOINT_EXIT_WAIT_S)
 
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._pending:
+                while not self._pending and not self._stopping:
                     self._cond.wait()
+                if self._stopping:
+                    return
                 uri = next(iter(self._pending))
-                options = self._pending.pop(uri)
+                version, options = self._pending.pop(uri)
             try:
-                self._checkpoint(uri, options)
+                self._checkpoint(uri, version, options)
             except Exception as exc:  # the next request tries again; reads stay correct
                 self._tables.pop(uri, None)
                 log.info("checkpoint of %s skipped: %s", uri, exc)
 
-    def _checkpoint(self, uri: str, options: Mapping[str, str] | None) -> None:
+    def _checkpoint(self, uri: str, version: int, options: Mapping[str, str] | None) -> None:
+        # A pinned version: delta-rs refuses a local log listed while it grows
+        # (storage.log_race) only past the version it is asked to load.
         table = self._tables.pop(uri, None)
         if table is None:
-            table = DeltaTable(uri, storage_options=dict(options) if options else None)
-        else:
-            table.update_incremental()
+            table = DeltaTable(
+                uri, version=version, storage_options=dict(options) if options else None
+            )
+        elif table.version() < version:
+            table.load_as_version(version)
         self._tables[uri] = table
         while len(self._tables) > constants.CHECKPOINT_HANDLES:
             self._tables.popitem(last=False)

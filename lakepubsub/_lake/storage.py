@@ -6,6 +6,7 @@ import contextlib
 import logging
 import os
 import shutil
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import urlparse
@@ -24,9 +25,22 @@ log = logging.getLogger(__name__)
 _S3_MISSING = ("404", "NoSuchKey", "NotFound")
 
 
+# delta-rs lists a local _delta_log and refuses a listing with a gap in the
+# version numbers. A directory listing may miss a file created while it runs
+# (POSIX leaves it unspecified) and see a later one, so a table committed to
+# many times a second is sometimes listed with a gap that is not there.
+_LOG_RACE = "Expected contiguous commit files"
+
+
+def log_race(exc: BaseException) -> bool:
+    """Whether delta-rs failed because the log grew while it listed it (retry)."""
+    return _LOG_RACE in str(exc)
+
+
 @contextlib.contextmanager
 def storage_errors(what: str) -> Iterator[None]:
-    """Turn storage failures into ``Unavailable``; commit conflicts pass through."""
+    """Turn storage failures into ``Unavailable``; commit conflicts pass through, and
+    so does a log listed while it grew, as a conflict (the optimistic loops retry)."""
     try:
         yield
     except (CommitFailedError, errors.LakePubSubError):
@@ -34,7 +48,24 @@ def storage_errors(what: str) -> Iterator[None]:
     except TableNotFoundError as exc:
         raise errors.NotFound(f"{what}: table not found") from exc
     except (DeltaError, OSError, BotoCoreError, ClientError) as exc:
+        if log_race(exc):
+            raise CommitFailedError(f"{what}: the log grew while it was read; retry") from exc
         raise errors.Unavailable(f"{what}: storage unavailable: {exc}") from exc
+
+
+def open_delta(
+    uri: str, *, version: int | None = None, storage_options: Mapping[str, str] | None = None
+) -> DeltaTable:
+    """``DeltaTable(uri)``, retried while the log grows under the listing."""
+    options = dict(storage_options) if storage_options else None
+    for attempt in range(constants.LOG_RACE_ATTEMPTS):
+        try:
+            return DeltaTable(uri, version=version, storage_options=options)
+        except DeltaError as exc:
+            if not log_race(exc) or attempt == constants.LOG_RACE_ATTEMPTS - 1:
+                raise
+            time.sleep(constants.LOG_RACE_PAUSE_S * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 class Lake:
@@ -96,7 +127,12 @@ class Lake:
     def open(self, uri: str, *, version: int | None = None) -> DeltaTable:
         """Open an existing table; ``NotFound`` if there is none."""
         with storage_errors(uri):
-            return DeltaTable(uri, version=version, storage_options=self.storage_options)
+            try:
+                return open_delta(uri, version=version, storage_options=self.storage_options)
+            except DeltaError as exc:
+                if log_race(exc):
+                    raise errors.Unavailable(f"{uri}: the log grew while it was read") from exc
+                raise
 
     def moved(self, table: DeltaTable) -> bool:
         """Catch ``table`` up with newer commits; True if there were any.

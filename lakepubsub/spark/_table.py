@@ -11,6 +11,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 from pyspark.sql.types import StructType
 
 from lakepubsub import errors
+from lakepubsub._lake.storage import open_delta
 
 _COLUMN_MAPPING_MODE = "delta.columnMapping.mode"
 
@@ -28,7 +29,7 @@ def open_table(
     ``FailedPrecondition`` when the table uses a feature this source cannot read.
     """
     try:
-        table = DeltaTable(path, version=version, storage_options=storage_options)
+        table = open_delta(path, version=version, storage_options=storage_options)
         if timestamp is not None:
             table.load_as_version(timestamp)
     except TableNotFoundError as exc:

@@ -48,7 +48,8 @@ def test_compaction_keeps_every_row_under_traffic(
     result = next(t for t in report.tables if t.kind == "messages")
     assert result.status == "ok"
     assert result.files_removed >= 24
-    assert result.files_after < files_before
+    # Fewer, larger files (traffic keeps adding small ones meanwhile)
+    assert result.files_added < result.files_removed
     assert result.rows_after >= result.rows_before >= len(first)
     # Every acknowledged publish is there, offsets dense and never reused.
     published = first + load.published

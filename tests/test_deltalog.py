@@ -1,0 +1,201 @@
+"""The direct Delta log: commits delta-rs reads back, conflicts, tailing others' commits."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import CommitFailedError
+from support import LakeSpec
+
+from lakepubsub import errors, schemas
+from lakepubsub._lake import Lake, TableLog
+from lakepubsub._lake.deltalog import _ceil_ms
+
+UTC_US = pa.timestamp("us", tz="UTC")
+SCHEMA = pa.schema(
+    [
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("name", pa.string()),
+        pa.field("when", UTC_US),
+        pa.field("tags", pa.map_(pa.string(), pa.string())),
+    ]
+)
+
+
+def rows(lo: int, hi: int, when_us: int = 1_700_000_000_123_456) -> pa.Table:
+    n = hi - lo
+    return pa.table(
+        {
+            "offset": pa.array(range(lo, hi), pa.int64()),
+            "name": [f"m{i}" for i in range(lo, hi)],
+            "when": pa.array([when_us + i for i in range(n)], pa.int64()).cast(UTC_US),
+            "tags": pa.array([[("k", str(i))] for i in range(n)], SCHEMA.field("tags").type),
+        },
+        schema=SCHEMA,
+    )
+
+
+def new_table(lake_spec: LakeSpec, name: str = "t") -> tuple[Lake, str]:
+    lake = Lake(lake_spec.settings())
+    uri = lake.uri(name)
+    lake.create(uri, SCHEMA, configuration=schemas.LEASES_PROPERTIES)
+    return lake, uri
+
+
+def append(log: TableLog, batch: pa.Table) -> int:
+    return log.commit(
+        [log.write_file(batch)], operation="WRITE", parameters={"mode": "Append"}, blind_append=True
+    )
+
+
+def test_direct_commits_are_standard_delta(lake: LakeSpec) -> None:
+    lake_, uri = new_table(lake)
+    log = TableLog(lake_, uri, tracked=("offset", "when"))
+    assert append(log, rows(0, 3)) == 1
+    assert append(log, rows(3, 5)) == 2
+    table = DeltaTable(uri, storage_options=lake.storage_options or None)
+    assert table.version() == 2
+    read = table.to_pyarrow_table().sort_by("offset")
+    assert read.to_pylist() == pa.concat_tables([rows(0, 3), rows(3, 5)]).to_pylist()
+    # delta-rs parses the statistics written here
+    stats = pa.table(table.get_add_actions(flatten=True)).sort_by("min.offset")
+    assert stats["min.offset"].to_pylist() == [0, 3]
+    assert stats["max.offset"].to_pylist() == [2, 4]
+    assert stats["num_records"].to_pylist() == [3, 2]
+    assert [h["operation"] for h in table.history()][:2] == ["WRITE", "WRITE"]
+
+
+def test_file_statistics_bound_the_data(lake: LakeSpec) -> None:
+    lake_, uri = new_table(lake)
+    log = TableLog(lake_, uri, tracked=("offset", "when"))
+    append(log, rows(10, 20, when_us=1_700_000_000_000_500))
+    (only,) = log.files.values()
+    assert (only.mins["offset"], only.maxs["offset"], only.rows) == (10, 19, 10)
+    # Statistics keep milliseconds: the minimum rounds down, the maximum up.
+    assert only.mins["when"] <= 1_700_000_000_000_500
+    assert only.maxs["when"] >= 1_700_000_000_000_509
+    # A second view reads the same bounds back from the log.
+    again = TableLog(lake_, uri, tracked=("offset", "when"))
+    assert again.files[only.path].maxs["when"] >= 1_700_000_000_000_509
+    assert _ceil_ms(1_700_000_000_000_000) == 1_700_000_000_000_999
+
+
+def test_a_commit_on_a_stale_version_fails_and_leaves_no_file(lake: LakeSpec) -> None:
+    lake_, uri = new_table(lake)
+    first, second = TableLog(lake_, uri), TableLog(lake_, uri)
+    append(first, rows(0, 1))
+    add = second.write_file(rows(1, 2))
+    with pytest.raises(CommitFailedError):
+        second.commit([add], operation="WRITE", parameters={}, blind_append=True)
+    second.discard(add)
+    assert not lake_.objects.exists(second.path_of(add["add"]["path"]))
+    assert second.tail()
+    assert second.version == 1
+    assert append(second, rows(1, 2)) == 2
+    assert DeltaTable(uri, storage_options=lake.storage_options or None).version() == 2
+
+
+def test_racing_writers_each_version_is_won_once(lake: LakeSpec) -> None:
+    lake_, uri = new_table(lake)
+    won: list[int] = []
+    lost = [0]
+    lock = threading.Lock()
+
+    def writer(i: int) -> None:
+        log = TableLog(lake_, uri)
+        for j in range(5):
+            while True:
+                try:
+                    version = append(log, rows(100 * i + j, 100 * i + j + 1))
+                except CommitFailedError:
+                    with lock:
+                        lost[0] += 1
+                    log.tail()
+                    continue
+                with lock:
+                    won.append(version)
+                break
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(won) == list(range(1, 21))
+    table = DeltaTable(uri, storage_options=lake.storage_options or None)
+    assert table.to_pyarrow_table().num_rows == 20
+
+
+def test_tailing_sees_appends_deletes_and_property_changes_by_delta_rs(lake: LakeSpec) -> None:
+    lake_, uri = new_table(lake)
+    options = lake.storage_options or None
+    log = TableLog(lake_, uri, tracked=("offset",))
+    assert not log.tail()
+    write_deltalake(uri, rows(0, 4), mode="append", storage_options=options)
+    generation = log.generation
+    assert log.tail()
+    assert sorted(f.mins["offset"] for f in log.files.values()) == [0]
+    assert log.generation == generation  # only added files: indexes may extend
+    DeltaTable(uri, storage_options=options).delete("offset < 2")
+    assert log.tail()
+    assert log.generation != generation  # a file was removed: indexes rebuild
+    assert sum(f.rows for f in log.files.values()) == 2
+    DeltaTable(uri, storage_options=options).alter.set_table_properties(
+        {"delta.checkpointInterval": "5"}, raise_if_not_exists=False
+    )
+    assert log.tail()  # a metadata change reloads through delta-rs
+    assert log.version == DeltaTable(uri, storage_options=options).version()
+    append(log, rows(4, 5))
+    assert DeltaTable(uri, storage_options=options).to_pyarrow_table().num_rows == 3
+
+
+def test_background_checkpoints_keep_opening_cheap(lake: LakeSpec) -> None:
+    lake_, uri = new_table(lake)
+    log = TableLog(lake_, uri)
+    for i in range(25):
+        append(log, rows(i, i + 1))
+        time.sleep(0.02)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        checkpoint = lake_.objects.read(f"{uri}/_delta_log/_last_checkpoint")
+        if checkpoint is not None and b'"version":2' in checkpoint.replace(b" ", b""):
+            break
+        time.sleep(0.1)
+    assert checkpoint is not None, "the checkpoint thread wrote no checkpoint"
+    table = DeltaTable(uri, storage_options=lake.storage_options or None)
+    assert table.to_pyarrow_table().num_rows == 25
+
+
+def test_a_view_whose_log_was_cleaned_up_reloads(tmp_path: Path) -> None:
+    lake_, uri = new_table(LakeSpec(str(tmp_path), {}))
+    behind = TableLog(lake_, uri)
+    writer = lake_.open(uri)
+    for i in range(25):  # delta-rs checkpoints at versions 9 and 19
+        write_deltalake(writer, rows(i, i + 1), mode="append")
+    log_dir = Path(uri) / "_delta_log"
+    assert (log_dir / f"{19:020d}.checkpoint.parquet").exists()
+    for version in range(19):  # what delta-rs's log cleanup removes
+        os.remove(log_dir / f"{version:020d}.json")
+    assert behind.tail()
+    assert behind.version == 25
+    assert sum(f.rows for f in behind.files.values()) == 25
+
+
+def test_tables_with_features_the_writer_lacks_are_refused(tmp_path: Path) -> None:
+    lake_, uri = new_table(LakeSpec(str(tmp_path), {}))
+    DeltaTable(uri).alter.add_constraint({"positive": "offset >= 0"})  # writer version 3
+    log = TableLog(lake_, uri)
+    with pytest.raises(errors.FailedPrecondition, match="protocol"):
+        log.write_file(rows(0, 1))
+    appendonly = lake_.uri("appendonly")
+    lake_.create(appendonly, SCHEMA, configuration={"delta.appendOnly": "true"})
+    log = TableLog(lake_, appendonly)
+    append(log, rows(0, 1))
+    with pytest.raises(errors.FailedPrecondition, match="append-only"):
+        log.remove(next(iter(log.files)))
