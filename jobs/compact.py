@@ -5,20 +5,23 @@
 
 Visits the catalog, the truncations log, every topic's messages table and every
 subscription's lease table. A table with at least ``min_small_files`` files
-below its target size is compacted with delta-rs (``optimize.compact``): files
-are rewritten in insertion order into target-sized files by a commit whose
-actions all carry ``dataChange=false``, so offsets, rows and each file's offset
-range stay as they were, and readers and the API's writers see the same data.
-Then files removed more than ``vacuum_retention_hours`` ago are deleted, and a
-checkpoint is written where the newest version has none.
+below its target size is compacted: files are rewritten into target-sized files
+by commits whose actions all carry ``dataChange=false``, so offsets, rows and
+each file's offset range stay as they were, and readers and the API's writers
+see the same data. A messages table compacts through the direct log
+(``MessagesTable.compact``: runs of adjacent files in offset order), the others
+with delta-rs (``optimize.compact``). Then files removed more than
+``vacuum_retention_hours`` ago are deleted, and a checkpoint is written where
+the newest version has none.
 
-Concurrency: delta-rs's compaction commits through concurrent appends (a
-publisher's append then loses its compare-and-swap once and renumbers, its
-normal retry) and fails against a concurrent MERGE or delete; this job retries
-such a loss with jittered back-off and, past its budget, leaves the table for
-the next run. After each compaction commit the job checks that the row count
-of the version it produced equals the one before it (``errors.Internal`` if
-not), so a compaction that lost a row cannot go unnoticed.
+Concurrency: a messages compaction moves past the publishers' appends and is
+redone only against a writer that removed one of its files; delta-rs's
+compaction of the other tables fails against a concurrent commit that touched
+its files, and this job retries such a loss with jittered back-off and, past
+its budget, leaves the table for the next run. After each compaction commit
+the job checks that the row count of the version it produced equals the one
+before it (``errors.Internal`` if not), so a compaction that lost a row cannot
+go unnoticed.
 """
 
 from __future__ import annotations

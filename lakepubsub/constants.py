@@ -98,6 +98,9 @@ CATALOG_MAX_STALENESS_S = 1.0
 PULL_WAIT_S = 10.0
 PULL_POLL_INTERVAL_S = 0.1
 
+# Closing an engine waits this long for each dispatcher's cycle in progress.
+CLOSE_WAIT_S = 30.0
+
 # A delivery dispatcher or publisher thread with nothing to do for this long exits.
 WORKER_IDLE_EXIT_S = 60.0
 

@@ -176,6 +176,11 @@ class Dispatcher:
     def alive(self) -> bool:
         return not self._stopped
 
+    def join(self, timeout_s: float) -> None:
+        """Wait for the loop to end after ``stop`` (its cycle in progress commits first)."""
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout_s)
+
     # -- the loop ------------------------------------------------------------------------
 
     def _run(self) -> None:

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from lakepubsub import catalog as cat
 from lakepubsub import constants, errors, leases, schemas
-from lakepubsub._lake import Lake
+from lakepubsub._lake import Lake, settle_checkpoints
 from lakepubsub.ackids import parse_all
 from lakepubsub.batches import Batch, build, from_messages
 from lakepubsub.delivery import (
@@ -308,6 +308,8 @@ class Engine:
             dispatcher.stop(errors.NotFound(f"{entry.kind} was deleted: {entry.name}"))
         if publisher is not None:
             publisher.close()
+        tree = {cat.TOPIC: "topics", cat.SUBSCRIPTION: "subscriptions"}.get(entry.kind, "snapshots")
+        settle_checkpoints(self.lake.uri(tree, entry.uid), forget=True)
         if entry.kind == cat.TOPIC:
             self.lake.remove_tree("topics", entry.uid)
         elif entry.kind == cat.SUBSCRIPTION:
@@ -589,6 +591,10 @@ class Engine:
             publisher.close()
         for dispatcher in dispatchers:
             dispatcher.stop()
+        for dispatcher in dispatchers:
+            dispatcher.join(constants.CLOSE_WAIT_S)
+        # Background checkpoints of this lake's tables finish before close returns.
+        settle_checkpoints(self.lake.root)
 
     def __enter__(self) -> Engine:
         return self

@@ -1,9 +1,8 @@
-"""The storage layer's table handles: properties of new tables, catching up after log cleanup."""
+"""The storage layer's table handles: properties of new tables, reads in offset order."""
 
 from __future__ import annotations
 
 import contextlib
-import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -28,25 +27,6 @@ def test_local_tables_keep_a_short_log(tmp_path: Path) -> None:
     properties = table.metadata().configuration
     assert properties["delta.logRetentionDuration"] == constants.LOCAL_LOG_RETENTION
     assert properties["delta.checkpointInterval"] == constants.CHECKPOINT_INTERVAL
-
-
-def test_a_handle_catches_up_after_its_log_was_cleaned(tmp_path: Path) -> None:
-    lake = _lake(tmp_path)
-    uri = lake.uri("t")
-    lake.create_with(uri, ROW, configuration=schemas.LEASES_PROPERTIES)
-    behind = lake.open(uri)
-    writer = lake.open(uri)
-    for _ in range(25):  # checkpoints at versions 9 and 19
-        write_deltalake(writer, ROW, mode="append")
-    log = Path(uri) / "_delta_log"
-    assert (log / f"{19:020d}.checkpoint.parquet").exists()
-    for version in range(19):  # what delta-rs's log cleanup removes
-        os.remove(log / f"{version:020d}.json")
-
-    assert lake.moved(behind)
-    assert behind.version() == 25
-    assert behind.to_pyarrow_table().num_rows == 26
-    assert not lake.moved(behind)
 
 
 def test_rows_read_come_sorted_by_offset() -> None:

@@ -3,7 +3,7 @@
 Nothing outside this package builds a table path or storage options by hand.
 """
 
-from lakepubsub._lake.deltalog import DataFile, TableLog
+from lakepubsub._lake.deltalog import DataFile, TableLog, settle_checkpoints
 from lakepubsub._lake.storage import Lake, storage_errors
 
-__all__ = ["DataFile", "Lake", "TableLog", "storage_errors"]
+__all__ = ["DataFile", "Lake", "TableLog", "settle_checkpoints", "storage_errors"]

@@ -344,6 +344,7 @@ class _Checkpointer:
         self._tables: OrderedDict[str, DeltaTable] = OrderedDict()
         self._cleaned_at: dict[str, float] = {}
         self._thread: threading.Thread | None = None
+        self._current: str | None = None
         self._stopping = False
 
     def request(self, uri: str, version: int, storage_options: Mapping[str, str] | None) -> None:
@@ -358,6 +359,23 @@ class _Checkpointer:
                 self._thread.start()
                 atexit.register(self.stop)
             self._cond.notify()
+
+    def settle(self, prefix: str = "", *, forget: bool = False) -> None:
+        """Wait until no checkpoint of a table under ``prefix`` is pending or being
+        written; with ``forget``, drop the pending ones instead of waiting for them
+        (the tables are about to be deleted)."""
+        deadline = time.monotonic() + constants.CHECKPOINT_EXIT_WAIT_S
+        with self._cond:
+            if forget:
+                for uri in [u for u in self._pending if u.startswith(prefix)]:
+                    del self._pending[uri]
+                for uri in [u for u in self._tables if u.startswith(prefix)]:
+                    del self._tables[uri]
+            while (remaining := deadline - time.monotonic()) > 0 and (
+                any(u.startswith(prefix) for u in self._pending)
+                or (self._current or "\0").startswith(prefix)
+            ):
+                self._cond.wait(timeout=remaining)
 
     def stop(self) -> None:
         """Let a checkpoint in progress finish (a thread killed inside delta-rs at
@@ -379,25 +397,32 @@ class _Checkpointer:
                     return
                 uri = next(iter(self._pending))
                 version, options = self._pending.pop(uri)
+                self._current = uri
             try:
                 self._checkpoint(uri, version, options)
             except Exception as exc:  # the next request tries again; reads stay correct
                 self._tables.pop(uri, None)
                 log.info("checkpoint of %s skipped: %s", uri, exc)
+            finally:
+                with self._cond:
+                    self._current = None
+                    self._cond.notify_all()
 
     def _checkpoint(self, uri: str, version: int, options: Mapping[str, str] | None) -> None:
         # A pinned version: delta-rs refuses a local log listed while it grows
         # (storage.log_race) only past the version it is asked to load.
-        table = self._tables.pop(uri, None)
+        with self._cond:
+            table = self._tables.pop(uri, None)
         if table is None:
             table = DeltaTable(
                 uri, version=version, storage_options=dict(options) if options else None
             )
         elif table.version() < version:
             table.load_as_version(version)
-        self._tables[uri] = table
-        while len(self._tables) > constants.CHECKPOINT_HANDLES:
-            self._tables.popitem(last=False)
+        with self._cond:
+            self._tables[uri] = table
+            while len(self._tables) > constants.CHECKPOINT_HANDLES:
+                self._tables.popitem(last=False)
         table.create_checkpoint()
         now = time.monotonic()
         if now - self._cleaned_at.get(uri, 0.0) >= constants.LOG_CLEANUP_SPACING_S:
@@ -406,6 +431,12 @@ class _Checkpointer:
 
 
 _CHECKPOINTS = _Checkpointer()
+
+
+def settle_checkpoints(prefix: str = "", *, forget: bool = False) -> None:
+    """Wait for this process's background checkpoints of tables under ``prefix``
+    (all by default); ``forget`` drops pending ones first (tables being deleted)."""
+    _CHECKPOINTS.settle(prefix, forget=forget)
 
 
 # -- the log's JSON --------------------------------------------------------------------------

@@ -22,7 +22,6 @@ from lakepubsub.settings import Settings
 
 log = logging.getLogger(__name__)
 
-_S3_MISSING = ("404", "NoSuchKey", "NotFound")
 
 
 # delta-rs lists a local _delta_log and refuses a listing with a gap in the
@@ -133,36 +132,6 @@ class Lake:
                 if log_race(exc):
                     raise errors.Unavailable(f"{uri}: the log grew while it was read") from exc
                 raise
-
-    def moved(self, table: DeltaTable) -> bool:
-        """Catch ``table`` up with newer commits; True if there were any.
-
-        Probes for the next commit file first (a stat, or one HEAD on S3) and
-        lists the log only when it exists: a Delta log is a dense sequence of
-        numbered commits, so no next file means no newer version.
-        """
-        version = table.version()
-        uri = table.table_uri.rstrip("/")
-        name = f"_delta_log/{version + 1:020d}.json"
-        with storage_errors(uri):
-            if self.is_s3:
-                key = uri.split("/", 3)[3] + "/" + name
-                try:
-                    self.s3_client().head_object(Bucket=self.bucket, Key=key)
-                except ClientError as exc:
-                    if exc.response.get("Error", {}).get("Code") in _S3_MISSING:
-                        return False
-                    raise
-            else:
-                log_dir = os.path.join(uri.removeprefix("file://"), "_delta_log")
-                if not os.path.exists(
-                    os.path.join(log_dir, f"{version + 1:020d}.json")
-                ) and os.path.exists(os.path.join(log_dir, f"{version:020d}.json")):
-                    return False
-                # Either a next commit, or our own version's log was cleaned up
-                # (a local lake keeps a short log): catch up from the checkpoint.
-            table.update_incremental()
-        return bool(table.version() != version)
 
     def exists(self, uri: str) -> bool:
         with storage_errors(uri):
