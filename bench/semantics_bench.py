@@ -11,7 +11,9 @@ lake):
 - ``filter 10%``: ``attributes.bucket = "0"``; message i carries ``bucket = str(i % 10)``.
 
 One run of a case: a fresh topic and subscription; a backlog of 1 KiB messages
-published in batches of 1,000 (untimed); then ``CONSUMERS`` client processes
+published in batches of 1,000 (untimed; ten times as many for the filter, so
+that every case delivers the same number of messages and the figures are the
+steady state of a drain, not the start-up of a half-second one); then ``CONSUMERS`` client processes
 pull up to 1,000 and acknowledge each pull before the next, as the shared
 workload's pull + ack case does, until every expected message is acknowledged.
 A run fails unless every delivery was a first delivery, the consumers got
@@ -108,6 +110,10 @@ class Case:
     # More fields of the subscription's REST body.
     subscription: dict[str, Any]
     filtered: bool = False
+
+    def backlog(self, delivered: int) -> int:
+        """The backlog to publish for this subscription to deliver ``delivered``."""
+        return delivered * BUCKETS if self.filtered else delivered
 
     def expected(self, backlog: int) -> int:
         """How many of a ``backlog`` this subscription delivers."""
@@ -242,7 +248,7 @@ def run_all(sizes: Sizes, *, progress: Callable[[str], None]) -> list[w.Result]:
             for case in CASES:
                 progress(f"{case.name} (run {i + 1}/{sizes.runs})")
                 with contextlib.nullcontext(shared) if shared else lps.LakePubSubServer() as server:
-                    round_results += run_case(server, case, sizes.backlog)
+                    round_results += run_case(server, case, case.backlog(sizes.backlog))
             found += [*round_results, *ratios(round_results)]
     return w.merge_runs(found)
 
@@ -343,9 +349,11 @@ def report(
             "",
             "## Workload",
             "",
-            f"- Backlog: {sizes.backlog:,} messages of {w.MESSAGE_BYTES:,} bytes per run, "
-            f"published first (untimed) in batches of {lps.PREFILL_BATCH:,}; message i "
-            f"has attribute `{BUCKET_ATTRIBUTE}` = str(i % {BUCKETS}).",
+            f"- Backlog: {sizes.backlog:,} messages of {w.MESSAGE_BYTES:,} bytes per run "
+            f"({sizes.backlog * BUCKETS:,} for the filter, so that every case delivers "
+            f"{sizes.backlog:,}), published first (untimed) in batches of "
+            f"{lps.PREFILL_BATCH:,}; message i has attribute `{BUCKET_ATTRIBUTE}` = "
+            f"str(i % {BUCKETS}).",
             f"- Drain: {CONSUMERS} consumer processes, each pulling up to "
             f"{MAX_MESSAGES_PER_PULL:,} (long poll) and acknowledging every pull before the "
             "next, until every expected message is acknowledged; timed from their common "

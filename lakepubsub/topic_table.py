@@ -13,17 +13,18 @@ import bisect
 import itertools
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 from deltalake.exceptions import CommitFailedError
 
 from lakepubsub import metrics, schemas
 from lakepubsub._lake import DataFile, Lake, TableLog, storage_errors
 
 _TRACKED = ("offset", "publish_time")
+_Mask = Callable[[pa.Table], pa.Array]
 # Compacted files are written in row groups of about this many bytes, so a read
 # of a few thousand offsets decodes one row group, not a 128 MiB file.
 ROW_GROUP_BYTES = 8 * 1024 * 1024
@@ -36,7 +37,6 @@ class MessagesTable:
         self.uri = lake.messages_uri(topic_uid)
         self._lake = lake
         self._log = TableLog(lake, self.uri, tracked=_TRACKED)
-        self._format = ds.ParquetFileFormat()
         # Files sorted by lowest offset, with a running maximum of their highest
         # offset: the files overlapping a range are found by bisection.
         self._index: list[tuple[int, int, int, str]] = []  # lo, hi, latest_us, path
@@ -107,7 +107,7 @@ class MessagesTable:
         """Rows with ``lo <= offset < hi``, sorted by offset."""
         if hi <= lo:
             return schemas.MESSAGES.empty_table()
-        return self._read(lo, hi, (pc.field("offset") >= lo) & (pc.field("offset") < hi))
+        return self._read(lo, hi)
 
     def read_offsets(self, offsets: Sequence[int]) -> pa.Table:
         """Rows with the given offsets (those that still exist), sorted by offset."""
@@ -115,28 +115,62 @@ class MessagesTable:
             return schemas.MESSAGES.empty_table()
         wanted = pa.array(sorted(offsets), pa.int64())
         return self._read(
-            wanted[0].as_py(), wanted[-1].as_py() + 1, pc.field("offset").isin(wanted)
+            wanted[0].as_py(),
+            wanted[-1].as_py() + 1,
+            lambda rows: pc.is_in(rows["offset"], value_set=wanted),
         )
 
-    def _read(self, lo: int, hi: int, expression: pc.Expression) -> pa.Table:
+    def _read(self, lo: int, hi: int, mask: _Mask | None = None) -> pa.Table:
         paths = self._paths(lo, hi)
         if not paths:
             return schemas.MESSAGES.empty_table()
-        return _by_offset(self._read_files(paths, expression))
+        return _by_offset(self._read_files(paths, lo, hi, mask))
 
-    def _read_files(self, paths: list[str], expression: pc.Expression | None = None) -> pa.Table:
+    def _read_files(
+        self,
+        paths: list[str],
+        lo: int | None = None,
+        hi: int | None = None,
+        mask: _Mask | None = None,
+    ) -> pa.Table:
+        """The rows of ``paths`` (in that order) with ``lo <= offset < hi`` for which
+        ``mask`` is true. Row groups outside the range are not read, and rows of
+        a file wholly inside it are not filtered.
+
+        File by file on this thread: a pyarrow dataset scan of the same files
+        took twice the CPU time (its read-ahead threads) for the same wall time,
+        and filtering with an Expression (through Acero) twice as long as a mask.
+        """
+        parts = []
         with storage_errors(self.uri):
-            if self._lake.is_s3:
-                filesystem = self._log.filesystem()
-                fragments = [self._format.make_fragment(p, filesystem) for p in paths]
-                dataset = ds.FileSystemDataset(
-                    fragments, schemas.MESSAGES, self._format, filesystem
+            for path in paths:
+                source = (
+                    self._log.filesystem().open_input_file(path)
+                    if self._lake.is_s3
+                    else os.path.join(self.uri, path)
                 )
-            else:
-                dataset = ds.dataset(
-                    [os.path.join(self.uri, p) for p in paths], schema=schemas.MESSAGES
+                parquet = pq.ParquetFile(source)
+                groups = _row_groups(parquet.metadata, lo, hi)
+                rows = (
+                    parquet.read(use_threads=False)
+                    if groups is None
+                    else parquet.read_row_groups(groups, use_threads=False)
                 )
-            return dataset.to_table(filter=expression)
+                if rows.schema != schemas.MESSAGES:  # files by other writers
+                    rows = rows.select(schemas.MESSAGES.names).cast(schemas.MESSAGES)
+                if lo is not None and hi is not None and not self._within(path, lo, hi):
+                    offsets = rows["offset"]
+                    rows = rows.filter(pc.and_(pc.greater_equal(offsets, lo), pc.less(offsets, hi)))
+                if mask is not None:
+                    rows = rows.filter(mask(rows))
+                parts.append(rows)
+        if not parts:
+            return schemas.MESSAGES.empty_table()
+        return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+
+    def _within(self, path: str, lo: int, hi: int) -> bool:
+        f = self._log.files.get(path)
+        return f is not None and lo <= f.mins.get("offset", -1) and f.maxs.get("offset", hi) < hi
 
     def first_offset_at(self, time_us: int) -> int:
         """The first offset published at or after ``time_us`` (the head if none),
@@ -146,11 +180,15 @@ class MessagesTable:
             return self._head
         oldest = self._los[0]
         when = pa.scalar(time_us, pa.int64()).cast(schemas.UTC_US)
+
+        def published_since(rows: pa.Table) -> pa.Array:
+            return pc.greater_equal(rows["publish_time"], when)
+
         # Files whose newest message is older than the time cannot hold the answer.
         for lo, hi, latest_us, _ in self._index:
             if latest_us < time_us:
                 continue
-            rows = self._read(lo, hi + 1, pc.field("publish_time") >= when)
+            rows = self._read(lo, hi + 1, published_since)
             if rows.num_rows:
                 return max(oldest, int(pc.min(rows["offset"]).as_py()))
         return self._head
@@ -286,6 +324,19 @@ class MessagesTable:
             raise
         finally:
             self._sync()
+
+
+def _row_groups(metadata: pq.FileMetaData, lo: int | None, hi: int | None) -> list[int] | None:
+    """Row groups that may hold offsets in ``[lo, hi)``; None for all of them."""
+    if lo is None or hi is None or metadata.num_row_groups <= 1:
+        return None
+    column = metadata.schema.names.index("offset")
+    groups = []
+    for i in range(metadata.num_row_groups):
+        stats = metadata.row_group(i).column(column).statistics
+        if stats is None or not stats.has_min_max or (stats.max >= lo and stats.min < hi):
+            groups.append(i)
+    return groups
 
 
 def _entry(f: DataFile) -> tuple[int, int, int, str]:

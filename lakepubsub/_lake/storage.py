@@ -23,7 +23,6 @@ from lakepubsub.settings import Settings
 log = logging.getLogger(__name__)
 
 
-
 # delta-rs lists a local _delta_log and refuses a listing with a gap in the
 # version numbers. A directory listing may miss a file created while it runs
 # (POSIX leaves it unspecified) and see a later one, so a table committed to

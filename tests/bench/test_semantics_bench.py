@@ -34,7 +34,8 @@ def test_quick_run_writes_a_row_per_subscription(tmp_path: Path) -> None:
     assert completed.returncode == 0, completed.stderr[-3000:]
     text = (tmp_path / "semantics-quick.md").read_text()
     backlog = sb.QUICK.backlog
-    delivered = {sb.PLAIN: backlog, sb.EXACTLY_ONCE: backlog, sb.FILTERED: backlog // sb.BUCKETS}
+    # the filtered case publishes ten times the backlog to deliver as many messages
+    delivered = {sb.PLAIN: backlog, sb.EXACTLY_ONCE: backlog, sb.FILTERED: backlog}
     for name, count in delivered.items():
         row = next(line for line in text.splitlines() if line.startswith(f"| {name} |"))
         assert row.split(" | ")[1] == f"{count:,}", row
