@@ -155,7 +155,12 @@ def full() -> Workload:
             )
             for consumers in _PULL_CONSUMERS
         ),
-        latency=(LatencyCase(offered_rate_per_s=1_000, duration_s=10.0),),
+        # One rate both systems sustain (latency without queueing), and one
+        # above what one lakepubsub process takes in single-message requests.
+        latency=(
+            LatencyCase(offered_rate_per_s=200, duration_s=10.0),
+            LatencyCase(offered_rate_per_s=1_000, duration_s=10.0),
+        ),
         drain=(
             DrainCase(
                 backlog_messages=1_000_000,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -164,7 +165,7 @@ def test_background_checkpoints_keep_opening_cheap(lake: LakeSpec) -> None:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         checkpoint = lake_.objects.read(f"{uri}/_delta_log/_last_checkpoint")
-        if checkpoint is not None and b'"version":2' in checkpoint.replace(b" ", b""):
+        if checkpoint is not None and json.loads(checkpoint)["version"] >= 10:
             break
         time.sleep(0.1)
     assert checkpoint is not None, "the checkpoint thread wrote no checkpoint"

@@ -14,6 +14,7 @@ import os
 import uuid
 from typing import Any
 
+import pyarrow as pa
 from botocore.exceptions import ClientError
 
 _S3_MISSING = ("404", "NoSuchKey", "NotFound")
@@ -57,11 +58,11 @@ class Objects:
             raise
         return True
 
-    def put(self, uri: str, data: bytes) -> None:
+    def put(self, uri: str, data: bytes | pa.Buffer) -> None:
         """Write ``data`` at ``uri`` (a fresh name: data files are never overwritten)."""
         if self._is_s3:
             bucket, key = _split(uri)
-            self._client().put_object(Bucket=bucket, Key=key, Body=data)
+            self._client().put_object(Bucket=bucket, Key=key, Body=bytes(data))
             return
         os.makedirs(os.path.dirname(uri), exist_ok=True)
         with open(uri, "wb") as f:
