@@ -115,6 +115,9 @@ class Endpoint:
     def _handle(self, handler: BaseHTTPRequestHandler) -> None:
         length = int(handler.headers.get("content-length") or 0)
         body = handler.rfile.read(length)
+        if len(body) < length:  # the sender died mid-request: no request arrived
+            handler.close_connection = True
+            return
         headers = {k.lower(): v for k, v in handler.headers.items()}
         with self._lock:
             self._in_flight += 1
