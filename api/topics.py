@@ -18,8 +18,9 @@ from lakepubsub.names import TopicName
 
 router = APIRouter(prefix="/v1/projects/{project}", tags=["topics"])
 
-# Publish bodies up to this size are decoded on the event loop: a few messages
-# take tens of microseconds, less than the hand-off to a worker thread.
+# Publish bodies up to this size are decoded on the event loop when the topic
+# can be looked up without a storage read: a few messages take tens of
+# microseconds, less than the hand-off to a worker thread.
 INLINE_PUBLISH_BYTES = 16 * 1024
 
 PageSize = Annotated[int, Query(alias="pageSize", ge=0)]
@@ -110,7 +111,7 @@ async def publish(project: str, topic: str, request: Request, engine: EngineDep)
     """Publish messages; the ids are returned once the messages are committed to the lake."""
     name = TopicName(project, topic)
     raw = await request.body()
-    if len(raw) <= INLINE_PUBLISH_BYTES:
+    if len(raw) <= INLINE_PUBLISH_BYTES and engine.publish_needs_no_io():
         future = _submit_publish(engine, name, raw)
     else:
         future = await run_in_threadpool(_submit_publish, engine, name, raw)

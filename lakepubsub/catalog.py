@@ -107,6 +107,10 @@ class Catalog:
             entries[entry.key] = entry
         return View(version, entries)
 
+    def is_fresh(self, max_staleness_s: float) -> bool:
+        """Whether ``view(max_staleness_s=...)`` would answer from memory now."""
+        return time.monotonic() - self._view.loaded_at <= max_staleness_s
+
     def view(self, *, max_staleness_s: float = 0.0) -> View:
         """The catalog, reread from storage if the cached copy is older than allowed."""
         with self._lock:

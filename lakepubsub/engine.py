@@ -169,6 +169,11 @@ class Engine:
         entry = self._topic_entry(name, fresh=False)
         return self._publisher(entry.uid).submit(batch)
 
+    def publish_needs_no_io(self) -> bool:
+        """Whether ``publish_batch_future`` would find topics in the cached catalog
+        without reading storage (an event loop may then call it inline)."""
+        return self.catalog.is_fresh(self.settings.catalog_max_staleness_s)
+
     def publish(self, name: TopicName, messages: Sequence[PublishMessage]) -> list[str]:
         return self.publish_future(name, messages).result()
 
