@@ -141,18 +141,6 @@ class TableLog:
             self._confirmed_at = time.monotonic()
         return not present
 
-    def committed_by(self, marker: str) -> int | None:
-        """The version whose commit carries ``marker`` (``commit(..., marker=)``), among
-        the next few after the loaded one, or None."""
-        for version in range(self.version + 1, self.version + 1 + constants.COMMIT_ATTEMPTS):
-            with storage_errors(self.uri):
-                body = self._lake.objects.read(self._commit_uri(version))
-            if body is None:
-                return None
-            if marker.encode() in body:
-                return version
-        return None
-
     def path_of(self, relative: str) -> str:
         """A data file's full path or URI."""
         return f"{self.uri}/{relative}"
