@@ -242,10 +242,8 @@ def _compact(
     result.files_removed = int(str(metrics.get("numFilesRemoved", 0)))
     result.files_added = int(str(metrics.get("numFilesAdded", 0)))
     if result.files_removed:
-        with storage_errors(target.uri):
-            table.update_incremental()
         versions = range(start + 1, table.version() + 1)
-        _check_rows_kept(ctx, table, target, [v for v in versions if _is_optimize(ctx, table, v)])
+        _check_rows_kept(ctx, target, [v for v in versions if _is_optimize(ctx, table, v)])
     _log_compaction(target, result)
 
 
@@ -260,8 +258,7 @@ def _compact_messages(
         return messages.compact(target_bytes=size, min_small_files=options.min_small_files)
 
     result.files_removed, result.files_added, versions = retrying(target.kind, attempt)
-    if versions:
-        _check_rows_kept(ctx, ctx.lake.open(target.uri), target, versions)
+    _check_rows_kept(ctx, target, versions)
     _log_compaction(target, result)
 
 
@@ -279,9 +276,7 @@ def _is_optimize(ctx: JobContext, table: DeltaTable, version: int) -> bool:
     return commit_info(ctx.lake, table, version).get("operation") == "OPTIMIZE"
 
 
-def _check_rows_kept(
-    ctx: JobContext, table: DeltaTable, target: Target, versions: list[int]
-) -> None:
+def _check_rows_kept(ctx: JobContext, target: Target, versions: list[int]) -> None:
     """Each compaction commit holds as many rows as the version before it."""
     for version in versions:
         rows_before = FileStats.of(ctx.lake.open(target.uri, version=version - 1)).rows

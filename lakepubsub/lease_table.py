@@ -16,7 +16,6 @@ import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from deltalake.exceptions import CommitFailedError
 
 from lakepubsub import metrics, schemas
 from lakepubsub._lake import Lake, TableLog, storage_errors
@@ -56,10 +55,7 @@ class LeaseTable:
         parts = []
         with storage_errors(self.uri):
             for path in self._log.files:
-                if self._lake.is_s3:
-                    rows = pq.read_table(path, filesystem=self._log.filesystem())
-                else:
-                    rows = pq.read_table(self._log.path_of(path))
+                rows = pq.read_table(self._log.open_file(path))
                 keys = set(zip(rows["kind"].to_pylist(), rows["offset"].to_pylist(), strict=True))
                 keys_in[path] = keys
                 file_of.update((key, path) for key in keys)
@@ -89,17 +85,12 @@ class LeaseTable:
         adds = [log.write_file(to_arrow([], result.cursor))]
         if rows:
             adds.append(log.write_file(to_arrow(rows, None)))
-        try:
-            version = log.commit(
-                [*adds, *(log.remove(p) for p in sorted(touched))],
-                operation="MERGE",
-                parameters={"predicate": "kind, offset"},
-                blind_append=False,
-            )
-        except CommitFailedError:
-            for add in adds:
-                log.discard(add)
-            raise
+        version = log.commit(
+            [*adds, *(log.remove(p) for p in sorted(touched))],
+            operation="MERGE",
+            parameters={"predicate": "kind, offset"},
+            blind_append=False,
+        )
         metrics.COMMITS.labels("leases").inc()
         metrics.COMMIT_SECONDS.labels("leases").observe(time.perf_counter() - started)
         metrics.ROWS_PER_COMMIT.labels("leases").observe(len(rows) + 1)

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import os
 import time
 from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from deltalake.exceptions import CommitFailedError
 
 from lakepubsub import metrics, schemas
 from lakepubsub._lake import DataFile, Lake, TableLog, storage_errors
@@ -144,12 +142,7 @@ class MessagesTable:
         parts = []
         with storage_errors(self.uri):
             for path in paths:
-                source = (
-                    self._log.filesystem().open_input_file(path)
-                    if self._lake.is_s3
-                    else os.path.join(self.uri, path)
-                )
-                parquet = pq.ParquetFile(source)
+                parquet = pq.ParquetFile(self._log.open_file(path))
                 groups = _row_groups(parquet.metadata, lo, hi)
                 rows = (
                     parquet.read(use_threads=False)
@@ -211,13 +204,9 @@ class MessagesTable:
         log = self._log
         add = log.write_file(batch)
         txn = {"txn": {"appId": app_id, "version": txn_version}}
-        try:
-            version = log.commit(
-                [add, txn], operation="WRITE", parameters={"mode": "Append"}, blind_append=True
-            )
-        except CommitFailedError:
-            log.discard(add)
-            raise
+        version = log.commit(
+            [add, txn], operation="WRITE", parameters={"mode": "Append"}, blind_append=True
+        )
         metrics.COMMITS.labels("messages").inc()
         metrics.COMMIT_SECONDS.labels("messages").observe(time.perf_counter() - started)
         metrics.ROWS_PER_COMMIT.labels("messages").observe(batch.num_rows)
@@ -288,10 +277,9 @@ class MessagesTable:
             if hi < bound:
                 deleted += self._log.files[path].rows
             else:  # straddles the bound: keep its rows from the bound on
-                rows = _by_offset(self._read_files([path]))
-                keep = rows.filter(pc.greater_equal(rows["offset"], bound))
+                keep = _by_offset(self._read_files([path], bound, hi + 1))
                 kept.append(keep)
-                deleted += rows.num_rows - keep.num_rows
+                deleted += self._log.files[path].rows - keep.num_rows
         if not doomed:
             return 0, None
         version = self._rewrite(
@@ -318,10 +306,6 @@ class MessagesTable:
         actions = [*adds, *(log.remove(p, data_change=data_change) for p in removed)]
         try:
             return log.commit_rebasing(actions, operation=operation, parameters=parameters)
-        except CommitFailedError:
-            for add in adds:
-                log.discard(add)
-            raise
         finally:
             self._sync()
 

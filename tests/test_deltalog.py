@@ -94,7 +94,6 @@ def test_a_commit_on_a_stale_version_fails_and_leaves_no_file(lake: LakeSpec) ->
     add = second.write_file(rows(1, 2))
     with pytest.raises(CommitFailedError):
         second.commit([add], operation="WRITE", parameters={}, blind_append=True)
-    second.discard(add)
     assert not lake_.objects.exists(second.path_of(add["add"]["path"]))
     assert second.tail()
     assert second.version == 1

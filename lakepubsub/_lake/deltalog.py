@@ -145,7 +145,13 @@ class TableLog:
         """A data file's full path or URI."""
         return f"{self.uri}/{relative}"
 
-    def filesystem(self) -> Any:
+    def open_file(self, relative: str) -> Any:
+        """A data file as ``pyarrow.parquet`` takes it: a local path, or an S3 input file."""
+        if self._lake.is_s3:
+            return self._table_filesystem().open_input_file(relative)
+        return self.path_of(relative)
+
+    def _table_filesystem(self) -> Any:
         """A pyarrow filesystem rooted at the table (S3 only; local paths are absolute)."""
         if self._filesystem is None:
             from deltalake.fs import DeltaStorageHandler
@@ -162,7 +168,8 @@ class TableLog:
     ) -> dict[str, Any]:
         """Write ``rows`` as a new data file; its add action, to pass to ``commit``.
 
-        A file whose commit never lands is invisible; ``discard`` or vacuum removes it.
+        A file whose commit fails is deleted by ``commit``; one whose commit
+        outcome is unknown stays invisible until vacuum removes it.
         ``data_change=False`` marks a rewrite of rows already in the table (compaction).
         """
         self._check_writable(removes=False)
@@ -194,13 +201,16 @@ class TableLog:
             }
         }
 
-    def discard(self, add: Mapping[str, Any]) -> None:
-        """Delete the file of an add action whose commit failed (best effort: vacuum
-        removes what is left)."""
-        try:
-            self._lake.objects.delete(self.path_of(add["add"]["path"]))
-        except Exception as exc:
-            log.debug("could not delete an uncommitted file: %s", exc)
+    def _discard(self, actions: list[dict[str, Any]]) -> None:
+        """Delete the files of the add actions of a commit that failed (best effort:
+        vacuum removes what is left)."""
+        for action in actions:
+            if "add" not in action:
+                continue
+            try:
+                self._lake.objects.delete(self.path_of(action["add"]["path"]))
+            except Exception as exc:
+                log.debug("could not delete an uncommitted file: %s", exc)
 
     def remove(self, path: str, *, data_change: bool = True) -> dict[str, Any]:
         """The remove action of a live file, to pass to ``commit``."""
@@ -227,9 +237,26 @@ class TableLog:
         """Commit ``actions`` as the version after the loaded one; return it.
 
         Raises ``CommitFailedError`` if another writer committed that version
-        first: a strict compare-and-swap, as ``max_commit_retries=0``. A commit
-        whose answer was lost but which landed counts as landed.
+        first: a strict compare-and-swap, as ``max_commit_retries=0``; the
+        files the actions add are deleted then. A commit whose answer was lost
+        but which landed counts as landed.
         """
+        try:
+            return self._commit(
+                actions, operation=operation, parameters=parameters, blind_append=blind_append
+            )
+        except CommitFailedError:
+            self._discard(actions)
+            raise
+
+    def _commit(
+        self,
+        actions: list[dict[str, Any]],
+        *,
+        operation: str,
+        parameters: Mapping[str, Any],
+        blind_append: bool,
+    ) -> int:
         version = self.version + 1
         marker = uuid.uuid4().hex
         info = {
@@ -272,21 +299,25 @@ class TableLog:
 
         Such a commit conflicts only with a writer that removed one of the same
         files (Delta's rule for rewrites: appends do not matter to it), and
-        then raises ``CommitFailedError``. A commit costs about a millisecond,
+        then raises ``CommitFailedError`` (its files deleted). A commit costs about a millisecond,
         so this wins against publishers committing hundreds of times a second,
         where delta-rs's own retry loop (a snapshot reload per attempt) loses.
         """
         removed = {a["remove"]["path"] for a in actions if "remove" in a}
-        for _ in range(attempts):
-            try:
-                return self.commit(
-                    actions, operation=operation, parameters=parameters, blind_append=False
-                )
-            except CommitFailedError:
-                self.tail()
-                if not removed <= self.files.keys():
-                    raise
-        raise CommitFailedError(f"{self.uri}: {attempts} versions taken by other writers")
+        try:
+            for _ in range(attempts):
+                try:
+                    return self._commit(
+                        actions, operation=operation, parameters=parameters, blind_append=False
+                    )
+                except CommitFailedError:
+                    self.tail()
+                    if not removed <= self.files.keys():
+                        raise
+            raise CommitFailedError(f"{self.uri}: {attempts} versions taken by other writers")
+        except CommitFailedError:
+            self._discard(actions)
+            raise
 
     def _check_writable(self, *, removes: bool) -> None:
         if self._refused is not None:
