@@ -13,6 +13,7 @@ from starlette.responses import Response
 import lakepubsub
 from api import auth, errors, models, snapshots, subscriptions, topics
 from api.deps import EngineDep, json_response
+from api.grpc import GrpcDoor, oneport
 from api.middleware import LimitBody, Metrics
 from lakepubsub import Engine, Settings, push
 
@@ -24,8 +25,13 @@ pull responses (`receivedMessages[].event`).
 """
 
 
-def create_app(engine: Engine | None = None) -> FastAPI:
-    """The app; with no engine given, one is made from the environment at start-up."""
+def create_app(engine: Engine | None = None, *, grpc: bool | None = None) -> FastAPI:
+    """The app; with no engine given, one is made from the environment at start-up.
+
+    ``grpc`` (default: when no engine is given, as under ``lakepubsub serve``) also
+    starts the gRPC door, which ``api.grpc.OnePortProtocol`` serves on the same port.
+    """
+    serve_grpc = engine is None if grpc is None else grpc
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -35,9 +41,17 @@ def create_app(engine: Engine | None = None) -> FastAPI:
         app.state.push = None
         if engine is None:
             app.state.push = await run_in_threadpool(push.start_from_env, app.state.engine)
+        app.state.grpc = None
+        if serve_grpc:
+            app.state.grpc = GrpcDoor(app.state)
+            await run_in_threadpool(app.state.grpc.start)
+            oneport.install(app.state.grpc)
         try:
             yield
         finally:
+            if app.state.grpc is not None:  # streams end with UNAVAILABLE; clients reconnect
+                oneport.install(None)
+                await run_in_threadpool(app.state.grpc.stop)
             if app.state.push is not None:  # [push integration] settle in-flight pushes first
                 await run_in_threadpool(app.state.push.stop)
             # Graceful shutdown: queued publishes commit, waiting pulls return.

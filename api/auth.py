@@ -452,16 +452,26 @@ class AccessControl:
                 body = json.loads(raw) if raw else None
             except ValueError:
                 body = None  # the route refuses it
-        state = app.state
-        view = await state.policy_view.get(state.engine)
-        store = PolicyStore(state.engine.catalog)
-        for permission, resource in rule.checks(params, body, view):
-            if permission not in store.permissions(view, principal, resource, [permission]):
-                raise errors.PermissionDenied(
-                    f"User not authorized to perform this action: {permission} on "
-                    f"{resource.path} (or it may not exist)."
-                )
+        await authorize(app.state, principal, name, params, body)
         return receive
+
+
+async def authorize(
+    state: Any, principal: Principal, rule_name: str, params: Params, body: Any
+) -> None:
+    """Check the permissions that access rule ``rule_name`` asks for (both doors);
+    ``state`` holds the ``engine`` and the ``policy_view``."""
+    if principal.unrestricted:
+        return
+    rule = RULES[rule_name]
+    view = await state.policy_view.get(state.engine)
+    store = PolicyStore(state.engine.catalog)
+    for permission, resource in rule.checks(params, body, view):
+        if permission not in store.permissions(view, principal, resource, [permission]):
+            raise errors.PermissionDenied(
+                f"User not authorized to perform this action: {permission} on "
+                f"{resource.path} (or it may not exist)."
+            )
 
 
 def _match(app: FastAPI, scope: Scope) -> tuple[str | None, dict[str, str]]:
@@ -543,7 +553,8 @@ class TestIamPermissionsResponse(Model):
     permissions: list[str] = Field(default_factory=list)
 
 
-def _resource(kind: str, project: str, resource_id: str) -> Resource:
+def iam_resource(kind: str, project: str, resource_id: str) -> Resource:
+    """The resource an IAM call names (both doors); names are validated."""
     if kind == "project":
         return Resource.of_project(project)
     if kind == "topic":
@@ -553,26 +564,27 @@ def _resource(kind: str, project: str, resource_id: str) -> Resource:
     return Resource.of_snapshot(SnapshotName(project, resource_id))
 
 
-def _get_policy(engine: Engine, resource: Resource) -> Response:
-    return json_response(PolicyStore(engine.catalog).get(resource).to_json())
+def get_policy(engine: Engine, resource: Resource) -> dict[str, Any]:
+    """A resource's IAM policy as JSON (both doors)."""
+    return PolicyStore(engine.catalog).get(resource).to_json()
 
 
-def _set_policy(
-    request: Request, engine: Engine, resource: Resource, body: SetIamPolicyRequest
-) -> Response:
+def set_policy(state: Any, resource: Resource, body: SetIamPolicyRequest) -> dict[str, Any]:
+    """Replace a resource's IAM policy (etag-checked); the new policy as JSON."""
+    engine: Engine = state.engine
     doc = body.policy.model_dump(by_alias=True, exclude_none=True)
     policy = Policy.from_json(doc)
     updated = PolicyStore(engine.catalog).put(
         resource, policy, etag=body.policy.etag or None, now_us=engine.settings.clock_us()
     )
-    request.app.state.policy_view.invalidate()
-    return json_response(updated.to_json())
+    state.policy_view.invalidate()
+    return updated.to_json()
 
 
-def _test_permissions(
-    request: Request, engine: Engine, resource: Resource, body: TestIamPermissionsRequest
-) -> Response:
-    principal: Principal = request.state.principal
+def test_permissions(
+    principal: Principal, engine: Engine, resource: Resource, body: TestIamPermissionsRequest
+) -> dict[str, Any]:
+    """Which of the asked permissions ``principal`` holds on ``resource``, as JSON."""
     view = engine.catalog.view(max_staleness_s=0)
     store = PolicyStore(engine.catalog)
     if store.resource_uid(view, resource) is None:
@@ -581,14 +593,14 @@ def _test_permissions(
         )
         if f"{resource.collection}.get" in project_level:
             raise errors.NotFound(f"Resource not found: {resource.path}")
-        return json_response({})
+        return {}
     if resource.kind == "project":
         wanted = list(body.permissions)
     else:
         wanted = [p for p in body.permissions if p.startswith(resource.collection + ".")]
     held = store.permissions(view, principal, resource, wanted)
     granted = [p for p in body.permissions if p in held]
-    return json_response({"permissions": granted} if granted else {})
+    return {"permissions": granted} if granted else {}
 
 
 def _add_iam_routes(kind: str, prefix: str) -> None:
@@ -608,27 +620,28 @@ def _add_iam_routes(kind: str, prefix: str) -> None:
     def rid(params: Mapping[str, str]) -> str:
         return params.get(param, "") if param else ""
 
-    def get_policy(request: Request, engine: EngineDep) -> Response:
+    def get_policy_route(request: Request, engine: EngineDep) -> Response:
         params = request.path_params
-        return _get_policy(engine, _resource(kind, params["project"], rid(params)))
+        return json_response(get_policy(engine, iam_resource(kind, params["project"], rid(params))))
 
-    def set_policy(
-        request: Request, engine: EngineDep, body: Annotated[SetIamPolicyRequest, Body()]
+    def set_policy_route(
+        request: Request, body: Annotated[SetIamPolicyRequest, Body()]
     ) -> Response:
         params = request.path_params
-        return _set_policy(request, engine, _resource(kind, params["project"], rid(params)), body)
+        resource = iam_resource(kind, params["project"], rid(params))
+        return json_response(set_policy(request.app.state, resource, body))
 
-    def test_permissions(
+    def test_permissions_route(
         request: Request, engine: EngineDep, body: Annotated[TestIamPermissionsRequest, Body()]
     ) -> Response:
         params = request.path_params
-        resource = _resource(kind, params["project"], rid(params))
-        return _test_permissions(request, engine, resource, body)
+        resource = iam_resource(kind, params["project"], rid(params))
+        return json_response(test_permissions(request.state.principal, engine, resource, body))
 
     for method in ("GET", "POST"):  # one route each: an operation id names one method
         router.add_api_route(
             f"{path}:getIamPolicy",
-            get_policy,
+            get_policy_route,
             methods=[method],
             name=f"{kind}_get_iam_policy",
             openapi_extra=documented,
@@ -637,7 +650,7 @@ def _add_iam_routes(kind: str, prefix: str) -> None:
         )
     router.add_api_route(
         f"{path}:setIamPolicy",
-        set_policy,
+        set_policy_route,
         methods=["POST"],
         name=f"{kind}_set_iam_policy",
         openapi_extra=documented,
@@ -646,7 +659,7 @@ def _add_iam_routes(kind: str, prefix: str) -> None:
     )
     router.add_api_route(
         f"{path}:testIamPermissions",
-        test_permissions,
+        test_permissions_route,
         methods=["POST"],
         name=f"{kind}_test_iam_permissions",
         openapi_extra=documented,
@@ -698,6 +711,7 @@ def openid_configuration(request: Request) -> Response:
 def install(app: FastAPI) -> None:
     """Add the IAM routes (before the resource routes they extend) and the middleware."""
     settings = AuthSettings.from_env()  # a configuration error stops start-up here
+    app.state.auth_settings = settings
     app.state.policy_view = PolicyView()
     app.include_router(router)
     app.add_middleware(AccessControl, settings=settings)

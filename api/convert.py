@@ -372,22 +372,48 @@ def event_body(event: TruncationEvent) -> dict[str, Any]:
     }
 
 
-def _event_item(ack_id: str, attempt: int, event: TruncationEvent) -> dict[str, Any]:
-    # Unmodified Google clients ignore "event"; they see a message without data
-    # whose attributes say what happened.
-    attributes = {
+def event_attributes(event: TruncationEvent) -> dict[str, str]:
+    """How a truncation event looks to a client that knows only Pub/Sub: a message
+    without data whose attributes say what happened (both doors deliver it so)."""
+    return {
         EVENT_ATTRIBUTE: "truncated",
         "lakepubsub.first_offset": str(event.first_offset),
         "lakepubsub.end_offset": str(event.end_offset),
         "lakepubsub.reason": event.reason,
     }
+
+
+def event_message_id(ack_id: str) -> str:
+    return f"event-{ack_id}"
+
+
+def _event_item(ack_id: str, attempt: int, event: TruncationEvent) -> dict[str, Any]:
+    # Unmodified Google clients ignore "event"; they see the message.
     return {
         "ackId": ack_id,
         "message": {
-            "messageId": f"event-{ack_id}",
+            "messageId": event_message_id(ack_id),
             "publishTime": format_time_us(event.time_us),
-            "attributes": attributes,
+            "attributes": event_attributes(event),
         },
         "deliveryAttempt": attempt,
         "event": event_body(event),
     }
+
+
+def ack_failures_error(failures: dict[str, str]) -> errors.InvalidArgument | None:
+    """Exactly-once failures, reported as Pub/Sub does: INVALID_ARGUMENT with an
+    ErrorInfo whose metadata maps each failed ack id to its reason."""
+    if not failures:
+        return None
+    return errors.InvalidArgument(
+        f"{len(failures)} ack id(s) could not be processed",
+        details=[
+            {
+                "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                "reason": "EXACTLY_ONCE_ACKID_FAILURE",
+                "domain": "pubsub.googleapis.com",
+                "metadata": failures,
+            }
+        ],
+    )

@@ -5,15 +5,20 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import grpc
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from google.protobuf import any_pb2, json_format
+from google.rpc import error_details_pb2, status_pb2
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from lakepubsub import errors
 
 log = logging.getLogger(__name__)
+# Registers google.rpc.ErrorInfo and its siblings, so details of those types pack.
+_DETAIL_TYPES = error_details_pb2.DESCRIPTOR
 
 _HTTP_STATUS_NAMES = {
     400: "INVALID_ARGUMENT",
@@ -44,6 +49,23 @@ def error_response(
 
 def from_exception(exc: errors.LakePubSubError) -> Response:
     return error_response(exc.http_status, exc.status, exc.message, exc.details)
+
+
+def rpc_status(exc: errors.LakePubSubError) -> tuple[grpc.StatusCode, bytes]:
+    """The gRPC door's form of an error: its status code and a serialized
+    ``google.rpc.Status`` with the same details the REST body carries (clients
+    read ErrorInfo from the ``grpc-status-details-bin`` trailer)."""
+    code = getattr(grpc.StatusCode, exc.status, grpc.StatusCode.UNKNOWN)
+    status = status_pb2.Status(code=code.value[0], message=exc.message)
+    for detail in exc.details:
+        packed = any_pb2.Any()
+        try:
+            json_format.ParseDict(detail, packed)
+        except json_format.ParseError:
+            log.warning("error detail of unknown type left out: %s", detail.get("@type"))
+            continue
+        status.details.append(packed)
+    return code, status.SerializeToString()
 
 
 def install(app: FastAPI) -> None:

@@ -91,19 +91,9 @@ async def pull(project: str, subscription: str, body: m.PullRequest, engine: Eng
 
 
 def _ack_failures(failures: dict[str, str]) -> None:
-    """Exactly-once failures, reported as Pub/Sub does: INVALID_ARGUMENT with ErrorInfo."""
-    if failures:
-        raise errors.InvalidArgument(
-            f"{len(failures)} ack id(s) could not be processed",
-            details=[
-                {
-                    "@type": "type.googleapis.com/google.rpc.ErrorInfo",
-                    "reason": "EXACTLY_ONCE_ACKID_FAILURE",
-                    "domain": "pubsub.googleapis.com",
-                    "metadata": failures,
-                }
-            ],
-        )
+    error = convert.ack_failures_error(failures)
+    if error is not None:
+        raise error
 
 
 @router.post(

@@ -123,8 +123,12 @@ def serve(
     tls_key: str | None,
     log_level: str,
 ) -> None:
-    """Serve the Pub/Sub REST API on the lake (``--lake`` / LAKEPUBSUB_LAKE)."""
+    """Serve Pub/Sub's REST and gRPC APIs on one port, on the lake (``--lake`` /
+    LAKEPUBSUB_LAKE): ``http://HOST:PORT`` for REST, ``PUBSUB_EMULATOR_HOST=HOST:PORT``
+    for Google's clients over gRPC."""
     import uvicorn
+
+    from api.grpc import OnePortProtocol
 
     os.environ["LAKEPUBSUB_LAKE"] = ctx.ensure_object(dict)["lake"]
     click.echo(
@@ -140,6 +144,7 @@ def serve(
         ssl_certfile=tls_cert,
         ssl_keyfile=tls_key,
         timeout_graceful_shutdown=30,
+        http=OnePortProtocol,
     )
 
 

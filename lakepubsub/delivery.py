@@ -54,6 +54,9 @@ log = logging.getLogger(__name__)
 class PullRequest:
     max_messages: int
     wait_until: float  # time.monotonic(); equal to "now" for returnImmediately
+    # The lease of what this pull gets, when not the subscription's own
+    # (a StreamingPull stream's stream_ack_deadline_seconds).
+    ack_deadline_s: int | None = None
     future: Future[list[ReceivedMessage]] = field(default_factory=Future)
     planned: bool = False  # has been part of at least one cycle's demand
 
@@ -259,10 +262,9 @@ class Dispatcher:
             self.stop(errors.NotFound(f"Subscription does not exist: {self.subscription.name}"))
             return
         self.subscription = current
-        demand = sum(p.max_messages for p in pulls)
         try:
             outcome = optimistic(
-                lambda: self._attempt(acks, truncates, demand),
+                lambda: self._attempt(acks, truncates, pulls),
                 table="leases",
                 attempts=self._settings.commit_attempts,
                 on_conflict=self._contended,
@@ -312,8 +314,12 @@ class Dispatcher:
         return self._leases, self._messages, state
 
     def _attempt(
-        self, acks: list[AckRequest], truncates: list[TruncateRequest | SeekRequest], demand: int
+        self,
+        acks: list[AckRequest],
+        truncates: list[TruncateRequest | SeekRequest],
+        pulls: list[PullRequest],
     ) -> tuple[list[dict[str, str]], list[TruncationEvent | None], list[ReceivedMessage]]:
+        demand = sum(p.max_messages for p in pulls)
         table, messages, state = self._load()
         sub = self.subscription
         planner = Planner(state, _policy(sub), self._settings.clock_us())
@@ -331,6 +337,7 @@ class Dispatcher:
             else:
                 events.append(self._truncate(planner, messages, request))
         claims = self._claim(planner, messages, demand) if demand else []
+        _apply_pull_deadlines(planner, [c for c, _ in claims], pulls)
         if planner.dirty:
             table.commit(planner)
         deliveries = [_received(claim, message) for claim, message in claims]
@@ -476,6 +483,18 @@ def _policy(sub: Subscription) -> Policy:
         ordering=sub.enable_message_ordering,
         max_delivery_attempts=dead_letter.max_delivery_attempts if dead_letter else None,
     )
+
+
+def _apply_pull_deadlines(planner: Planner, claims: list[Claim], pulls: list[PullRequest]) -> None:
+    """Give each claim the lease of the pull it goes to (``_hand_out`` serves the
+    planned pulls in order, each its ``max_messages``)."""
+    at = 0
+    for pull in pulls:
+        share = claims[at : at + pull.max_messages]
+        at += pull.max_messages
+        if pull.ack_deadline_s is not None:
+            for claim in share:
+                planner.set_lease_deadline(claim.row.key, pull.ack_deadline_s)
 
 
 def _received(claim: Claim, item: Message | TruncationEvent) -> ReceivedMessage:

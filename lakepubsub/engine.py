@@ -364,22 +364,42 @@ class Engine:
         raise errors.Unavailable("could not reach the subscription's dispatcher; retry")
 
     def pull_future(
-        self, name: SubscriptionName, *, max_messages: int, return_immediately: bool = False
+        self,
+        name: SubscriptionName,
+        *,
+        max_messages: int,
+        return_immediately: bool = False,
+        ack_deadline_s: int | None = None,
+        wait_s: float | None = None,
     ) -> Future[list[ReceivedMessage]]:
         """Lease up to ``max_messages`` messages (and truncation events) for the ack deadline.
 
         Without ``return_immediately`` a pull with nothing to deliver waits up to
-        ``settings.pull_wait_s`` for something to arrive. Delivery is at least
-        once: a message whose lease expires or is nacked is delivered again.
+        ``settings.pull_wait_s`` (or ``wait_s``) for something to arrive.
+        ``ack_deadline_s`` leases what it gets for that long instead of the
+        subscription's ack deadline (a StreamingPull stream's own deadline).
+        Delivery is at least once: a message whose lease expires or is nacked is
+        delivered again.
         """
         if max_messages <= 0:
             raise errors.InvalidArgument("maxMessages must be a positive number")
         sub = self._subscription(name, fresh=False)
         if sub.detached:
             raise errors.FailedPrecondition(f"Subscription is detached: {name}")
+        if ack_deadline_s is not None and not (
+            constants.MIN_ACK_DEADLINE_S <= ack_deadline_s <= constants.MAX_ACK_DEADLINE_S
+        ):
+            raise errors.InvalidArgument(
+                f"the ack deadline must be between {constants.MIN_ACK_DEADLINE_S} and "
+                f"{constants.MAX_ACK_DEADLINE_S} seconds"
+            )
         wait = 0.0 if return_immediately else self.settings.pull_wait_s
+        if wait_s is not None and not return_immediately:
+            wait = wait_s
         count = min(max_messages, constants.MAX_PULL_MESSAGES)
-        return self._submit(name, lambda: PullRequest(count, time.monotonic() + wait))
+        return self._submit(
+            name, lambda: PullRequest(count, time.monotonic() + wait, ack_deadline_s)
+        )
 
     def pull(
         self, name: SubscriptionName, *, max_messages: int, return_immediately: bool = False

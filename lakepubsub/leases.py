@@ -343,6 +343,14 @@ class Planner:
         self.changed[row.key] = leased
         return Claim(leased, AckId(self.policy.tag, row.kind, row.offset, delivery))
 
+    def set_lease_deadline(self, key: Key, deadline_s: int) -> None:
+        """Give a row leased by this plan a deadline of its own (``deadline_s`` from now)."""
+        row = self.changed.get(key)
+        if row is not None and row.state == LEASED:
+            self.changed[key] = replace(
+                row, deadline_us=self.now_us + deadline_s * constants.US_PER_S
+            )
+
     def drop(self, key: Key) -> None:
         """Forget a row (its message is gone or was moved elsewhere)."""
         if self.row(key) is not None:

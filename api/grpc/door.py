@@ -1,0 +1,221 @@
+"""The gRPC server of one process, and what every call through it shares.
+
+grpcio's asyncio server runs on a thread and event loop of its own, on a
+loopback port that nobody is meant to dial: ``api.grpc.oneport`` hands it the
+HTTP/2 connections that arrive on the public port, whose REST traffic uvicorn
+serves. Calls authenticate and authorize exactly as REST requests do (the same
+``api.auth`` rules), and engine errors leave as gRPC statuses through
+``api.errors.rpc_status``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError, Message
+from prometheus_client import Counter
+
+from api import auth
+from api.errors import rpc_status
+from lakepubsub import errors
+from lakepubsub.iam import Principal
+
+log = logging.getLogger(__name__)
+
+# Pub/Sub accepts publish requests up to 10 MB; protobuf framing adds little.
+# Responses are bounded by the streams' outstanding-bytes limits and pull sizes.
+MAX_RECEIVE_BYTES = 20 * 1024 * 1024
+MAX_SEND_BYTES = 64 * 1024 * 1024
+# Google's clients send keepalive pings every 30 s (some without calls in
+# flight); grpc's default would answer them with GOAWAY "too_many_pings".
+MIN_PING_INTERVAL_MS = 10_000
+START_TIMEOUT_S = 30.0
+# Streams get this long to end with UNAVAILABLE when the server stops.
+STOP_GRACE_S = 5.0
+
+GRPC_REQUESTS = Counter("lakepubsub_grpc_requests_total", "gRPC calls", ["method", "code"])
+
+SERVER_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
+    ("grpc.max_send_message_length", MAX_SEND_BYTES),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", MIN_PING_INTERVAL_MS),
+    ("grpc.http2.min_ping_interval_without_data_ms", MIN_PING_INTERVAL_MS),
+    ("grpc.http2.max_ping_strikes", 0),
+    ("grpc.so_reuseport", 0),
+]
+
+M = TypeVar("M", bound=Message)
+Handler = Callable[[Any, Any, "Call"], Awaitable[Message]]
+
+
+class Call:
+    """One call's context: who is calling, and the permission check for it."""
+
+    def __init__(self, door: GrpcDoor, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        self.door = door
+        self.context = context
+        self._principal: Principal | None = None
+
+    async def principal(self) -> Principal:
+        if self._principal is None:
+            metadata = self.context.invocation_metadata() or ()
+            headers = [
+                (key.encode("latin-1"), value.encode("latin-1"))
+                for key, value in metadata
+                if isinstance(value, str)
+            ]
+            scope = {"headers": headers, "client": self.door.client_address(self.context.peer())}
+            self._principal = await self.door.authenticator.principal(scope)
+        return self._principal
+
+    async def check(self, rule: str, params: Mapping[str, str], body: Any = None) -> None:
+        """Authenticate, then authorize as access rule ``rule`` (api/auth.py RULES)."""
+        principal = await self.principal()
+        await auth.authorize(self.door.state, principal, rule, params, body)
+
+
+class GrpcDoor:
+    """Serves google.pubsub.v1 and google.iam.v1 on the engine of ``state``
+    (the FastAPI app's state: ``engine``, ``policy_view``, ``auth_settings``)."""
+
+    def __init__(self, state: Any) -> None:
+        self.state = state
+        self.engine = state.engine
+        self.authenticator = auth.Authenticator(state.auth_settings)
+        # Local port of a connection forwarded from the public port -> the client's address.
+        self.peers: dict[int, tuple[str, int]] = {}
+        self.port = 0
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.closing: asyncio.Event | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="grpc-door", daemon=True)
+        from api.grpc.streaming import Streams
+
+        self.streams = Streams()
+
+    @property
+    def target(self) -> tuple[str, int]:
+        return ("127.0.0.1", self.port)
+
+    def start(self) -> None:
+        self._thread.start()
+        if not self._ready.wait(START_TIMEOUT_S):
+            raise RuntimeError("the gRPC server did not start")
+        if self._failure is not None:
+            raise RuntimeError("the gRPC server did not start") from self._failure
+
+    def drain(self) -> None:
+        """Begin stopping: streams end with UNAVAILABLE, calls in flight finish."""
+        loop, stop = self.loop, self._stop
+        if loop is not None and stop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(stop.set)
+
+    def stop(self) -> None:
+        self.drain()
+        if self._thread.is_alive():
+            self._thread.join(STOP_GRACE_S + 5)
+
+    def client_address(self, peer: str) -> tuple[str, int] | None:
+        """The real client of a call: forwarded connections are looked up by port."""
+        host, _, port_text = peer.rpartition(":")
+        if not port_text.isdigit():
+            return None
+        forwarded = self.peers.get(int(port_text))
+        if forwarded is not None:
+            return forwarded
+        host = host.split(":", 1)[-1].strip("[]")
+        return (host, int(port_text))
+
+    # -- the server thread ------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException as exc:  # reported to start(), or logged once running
+            self._failure = exc
+            log.exception("gRPC server failed")
+        finally:
+            self._ready.set()
+
+    async def _main(self) -> None:
+        from api.grpc.services import handlers
+
+        self.loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        self.closing = asyncio.Event()
+        server = grpc.aio.server(options=SERVER_OPTIONS)
+        server.add_generic_rpc_handlers(handlers(self))
+        self.port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        self._ready.set()
+        await self._stop.wait()
+        self.closing.set()
+        await server.stop(STOP_GRACE_S)
+
+
+# -- method handlers --------------------------------------------------------------------------
+
+
+async def abort(context: grpc.aio.ServicerContext[Any, Any], exc: errors.LakePubSubError) -> None:
+    code, details = rpc_status(exc)
+    await context.abort(
+        code, exc.message, trailing_metadata=(("grpc-status-details-bin", details),)
+    )
+
+
+def failure_of(exc: Exception, method: str) -> errors.LakePubSubError:
+    if isinstance(exc, errors.LakePubSubError):
+        return exc
+    log.error("unhandled error in %s", method, exc_info=exc)
+    return errors.Internal(f"internal error: {type(exc).__name__}")
+
+
+def parse(request_type: type[M], raw: bytes) -> M:
+    """A request from its bytes; malformed ones are INVALID_ARGUMENT (grpcio's own
+    deserializer failure would answer INTERNAL)."""
+    try:
+        return request_type.FromString(raw)
+    except DecodeError as exc:
+        raise errors.InvalidArgument(f"malformed {request_type.DESCRIPTOR.name}: {exc}") from exc
+
+
+def unary(
+    door: GrpcDoor, method: str, request_type: type[Message], handler: Handler
+) -> grpc.RpcMethodHandler[Any, Any]:
+    async def behavior(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Message:
+        try:
+            request = parse(request_type, raw)
+            response = await handler(door, request, Call(door, context))
+        except Exception as exc:
+            failure = failure_of(exc, method)
+            GRPC_REQUESTS.labels(method, failure.status).inc()
+            await abort(context, failure)
+            raise AssertionError("abort returns only by raising") from None
+        GRPC_REQUESTS.labels(method, "OK").inc()
+        return response
+
+    return grpc.unary_unary_rpc_method_handler(
+        behavior, response_serializer=lambda m: m.SerializeToString()
+    )
+
+
+def as_dict(message: Message) -> dict[str, Any]:
+    """A request as the REST door's JSON (camelCase, defaults left out)."""
+    return json_format.MessageToDict(message)
+
+
+def from_json(body: bytes, response_type: type[M]) -> M:
+    """A REST door JSON body as the gRPC response; lakepubsub's extension fields
+    (``truncationPolicy``) have no protobuf field and stay out."""
+    return json_format.Parse(body, response_type(), ignore_unknown_fields=True)

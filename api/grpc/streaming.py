@@ -1,0 +1,311 @@
+"""StreamingPull: long-lived bidirectional streams over the subscription's dispatcher.
+
+A stream is a loop of long-polling pulls sized by the room its flow control
+leaves (``max_outstanding_messages`` / ``max_outstanding_bytes`` of the first
+request), each leasing for the stream's ``stream_ack_deadline_seconds``. Pulls,
+acks and deadline changes of every stream and every unary call of a
+subscription meet in its one dispatcher, which commits each cycle's work as one
+lease-table commit. Deliveries leave the stream's room when they are acked,
+nacked or expire; acks arrive on the stream or, as Google's clients send them,
+through the unary Acknowledge and ModifyAckDeadline calls of this process
+(``Streams`` routes those to the stream that delivered the ack id; a process
+that never sees them frees the room when the lease expires).
+
+Nothing about delivery is decided here: a stream closed mid-lease leaves its
+leases to expire and be delivered again, as a unary pull's would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from google.pubsub_v1.types import pubsub as ps
+
+from lakepubsub import constants, errors
+from lakepubsub.ackids import AckId
+from lakepubsub.leases import INVALID_ACK_ID
+from lakepubsub.messages import ReceivedMessage
+
+if TYPE_CHECKING:
+    from api.grpc.door import Call, GrpcDoor
+
+log = logging.getLogger(__name__)
+
+StreamingPullRequest: Any = ps.StreamingPullRequest.pb()
+StreamingPullResponse: Any = ps.StreamingPullResponse.pb()
+
+# A stream whose room is used up rechecks for expired leases this often.
+ROOM_RECHECK_S = 1.0
+# Without a limit from the client, at most this many deliveries are out per stream
+# (Google's clients ask for 1,000 by default).
+DEFAULT_MAX_OUTSTANDING = 10_000
+
+
+class Streams:
+    """The open streams of this process by the ack ids they have out. Used on the
+    door's event loop only."""
+
+    def __init__(self) -> None:
+        self._owner: dict[str, Stream] = {}
+
+    def delivered(self, stream: Stream, ack_ids: list[str]) -> None:
+        for ack_id in ack_ids:
+            self._owner[ack_id] = stream
+
+    def settled(self, ack_ids: list[str]) -> None:
+        """Acked (or, through ``extended``, nacked or refused): out of the room."""
+        for ack_id in ack_ids:
+            stream = self._owner.pop(ack_id, None)
+            if stream is not None:
+                stream.release(ack_id)
+
+    def extended(self, ack_ids: list[str], seconds: int, failures: dict[str, str]) -> None:
+        if seconds == 0:
+            self.settled(ack_ids)
+            return
+        self.settled([a for a in ack_ids if a in failures])
+        for ack_id in ack_ids:
+            stream = self._owner.get(ack_id)
+            if stream is not None and ack_id not in failures:
+                stream.extend(ack_id, seconds)
+
+    def closed(self, stream: Stream) -> None:
+        for ack_id in list(stream.out):
+            if self._owner.get(ack_id) is stream:
+                del self._owner[ack_id]
+
+
+class Stream:
+    """One StreamingPull call."""
+
+    def __init__(self, door: GrpcDoor, context: Any, first: Any, sub: Any) -> None:
+        from api.grpc.services import subscription_name
+
+        self.door = door
+        self.context = context
+        self.name = subscription_name(first.subscription)
+        self.exactly_once = bool(sub.enable_exactly_once_delivery)
+        self.ordering = bool(sub.enable_message_ordering)
+        self.deadline_s = _deadline(first.stream_ack_deadline_seconds)
+        self.max_messages: int = first.max_outstanding_messages
+        if self.max_messages <= 0:
+            self.max_messages = DEFAULT_MAX_OUTSTANDING
+        self.max_bytes = max(0, first.max_outstanding_bytes)
+        # ack id -> (bytes, lease end on time.monotonic())
+        self.out: dict[str, tuple[int, float]] = {}
+        self.out_bytes = 0
+        self.room_changed = asyncio.Event()
+        self._write_lock = asyncio.Lock()
+
+    # -- flow control -----------------------------------------------------------------------
+
+    def release(self, ack_id: str) -> None:
+        entry = self.out.pop(ack_id, None)
+        if entry is not None:
+            self.out_bytes -= entry[0]
+            self.room_changed.set()
+
+    def extend(self, ack_id: str, seconds: int) -> None:
+        entry = self.out.get(ack_id)
+        if entry is not None:
+            self.out[ack_id] = (entry[0], time.monotonic() + seconds)
+
+    def room(self) -> int:
+        """How many messages the stream may be sent now (0: wait for acks)."""
+        now = time.monotonic()
+        expired = [a for a, (_, until) in self.out.items() if until <= now]
+        if expired:
+            self.door.streams.settled(expired)
+        if self.max_bytes and self.out_bytes >= self.max_bytes:
+            return 0
+        return max(0, min(self.max_messages - len(self.out), constants.MAX_PULL_MESSAGES))
+
+    def _next_expiry_s(self) -> float:
+        soonest = min((until for _, until in self.out.values()), default=None)
+        if soonest is None:
+            return ROOM_RECHECK_S
+        return max(0.01, min(ROOM_RECHECK_S, soonest - time.monotonic()))
+
+    # -- the stream ---------------------------------------------------------------------------
+
+    async def run(self, requests: AsyncIterator[Any], first: Any) -> None:
+        await self._client_request(first)
+        reader = asyncio.create_task(self._read(requests))
+        closing = asyncio.create_task(self.door.closing.wait())  # type: ignore[union-attr]
+        try:
+            while not reader.done():
+                room = self.room()
+                if room <= 0:
+                    self.room_changed.clear()
+                    waiter = asyncio.create_task(self.room_changed.wait())
+                    await asyncio.wait(
+                        {waiter, reader, closing},
+                        timeout=self._next_expiry_s(),
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                    waiter.cancel()
+                else:
+                    pulled = asyncio.ensure_future(self._pull(room))
+                    await asyncio.wait(
+                        {pulled, reader, closing}, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    if not pulled.done():
+                        pulled.cancel()  # the leases it may have taken expire
+                        continue
+                    await self._send(pulled.result())
+                if closing.done():
+                    raise errors.Unavailable("the server is shutting down; reconnect")
+            reader.result()  # the client's request stream ended: re-raise a failure
+        finally:
+            reader.cancel()
+            closing.cancel()
+            self.door.streams.closed(self)
+
+    async def _pull(self, room: int) -> list[ReceivedMessage]:
+        engine = self.door.engine
+        future: Future[list[ReceivedMessage]]
+        kwargs: dict[str, Any] = {"max_messages": room, "ack_deadline_s": self.deadline_s}
+        if engine.publish_needs_no_io():  # the catalog is cached: no storage read here
+            future = engine.pull_future(self.name, **kwargs)
+        else:
+            future = await asyncio.to_thread(engine.pull_future, self.name, **kwargs)
+        return await asyncio.wrap_future(future)
+
+    async def _send(self, received: list[ReceivedMessage]) -> None:
+        if not received:
+            return
+        from api.grpc.services import received_message
+
+        until = time.monotonic() + self.deadline_s
+        for r in received:
+            size = r.message.size if r.message is not None else 0
+            self.out[r.ack_id] = (size, until)
+            self.out_bytes += size
+        self.door.streams.delivered(self, [r.ack_id for r in received])
+        response = StreamingPullResponse(received_messages=[received_message(r) for r in received])
+        await self._write(response)
+
+    async def _write(self, response: Any) -> None:
+        props = response.subscription_properties
+        props.exactly_once_delivery_enabled = self.exactly_once
+        props.message_ordering_enabled = self.ordering
+        async with self._write_lock:
+            await self.context.write(response)
+
+    async def _read(self, requests: AsyncIterator[Any]) -> None:
+        async for request in requests:
+            await self._client_request(request)
+
+    async def _client_request(self, request: Any) -> None:
+        """Acks, deadline changes and a new stream deadline sent on the stream."""
+        if request.stream_ack_deadline_seconds:
+            self.deadline_s = _deadline(request.stream_ack_deadline_seconds)
+        if len(request.modify_deadline_seconds) != len(request.modify_deadline_ack_ids):
+            raise errors.InvalidArgument(
+                "modify_deadline_seconds and modify_deadline_ack_ids must have the same length"
+            )
+        if request.ack_ids:
+            await self._settle(list(request.ack_ids), None)
+        by_seconds: dict[int, list[str]] = {}
+        for seconds, ack_id in zip(
+            request.modify_deadline_seconds, request.modify_deadline_ack_ids, strict=True
+        ):
+            by_seconds.setdefault(seconds, []).append(ack_id)
+        for seconds, ack_ids in by_seconds.items():
+            await self._settle(ack_ids, seconds)
+
+    async def _settle(self, ack_ids: list[str], seconds: int | None) -> None:
+        valid, invalid = [], []
+        for ack_id in ack_ids:
+            try:
+                AckId.parse(ack_id)
+                valid.append(ack_id)
+            except errors.InvalidArgument:
+                invalid.append(ack_id)
+        failures: dict[str, str] = dict.fromkeys(invalid, INVALID_ACK_ID)
+        engine = self.door.engine
+        if valid:
+            if seconds is None:
+                future = engine.acknowledge_future(self.name, valid)
+            else:
+                future = engine.modify_ack_deadline_future(self.name, valid, seconds)
+            failures.update(await asyncio.wrap_future(future))
+        if seconds is None:
+            self.door.streams.settled(ack_ids)
+        else:
+            self.door.streams.extended(ack_ids, seconds, failures)
+        if self.exactly_once:
+            await self._confirm(ack_ids, failures, seconds)
+
+    async def _confirm(
+        self, ack_ids: list[str], failures: dict[str, str], seconds: int | None
+    ) -> None:
+        """Exactly-once: tell the client which acks or deadline changes took."""
+        done = [a for a in ack_ids if a not in failures]
+        invalid = [a for a, reason in failures.items() if reason.startswith("PERMANENT")]
+        temporary = [a for a, reason in failures.items() if not reason.startswith("PERMANENT")]
+        response = StreamingPullResponse()
+        if seconds is None:
+            confirmation = response.acknowledge_confirmation
+            confirmation.temporary_failed_ack_ids.extend(temporary)
+        else:
+            confirmation = response.modify_ack_deadline_confirmation
+            confirmation.temporary_failed_ack_ids.extend(temporary)
+        confirmation.ack_ids.extend(done)
+        confirmation.invalid_ack_ids.extend(invalid)
+        await self._write(response)
+
+
+def _deadline(seconds: int) -> int:
+    if not constants.MIN_ACK_DEADLINE_S <= seconds <= constants.MAX_ACK_DEADLINE_S:
+        raise errors.InvalidArgument(
+            f"Invalid stream_ack_deadline_seconds {seconds}: must be between "
+            f"{constants.MIN_ACK_DEADLINE_S} and {constants.MAX_ACK_DEADLINE_S}"
+        )
+    return seconds
+
+
+def streaming_pull_handler(door: GrpcDoor) -> grpc.RpcMethodHandler[Any, Any]:
+    from api.grpc.door import GRPC_REQUESTS, Call, abort, failure_of, parse
+
+    method = "google.pubsub.v1.Subscriber/StreamingPull"
+
+    async def requests_of(raw: AsyncIterator[bytes]) -> AsyncIterator[Any]:
+        async for chunk in raw:
+            yield parse(StreamingPullRequest, chunk)
+
+    async def behavior(raw: AsyncIterator[bytes], context: Any) -> None:
+        requests = requests_of(raw)
+        try:
+            first = await anext(requests, None)
+            if first is None:
+                return
+            if not first.subscription:
+                raise errors.InvalidArgument("the first request must name a subscription")
+            stream_call: Call = Call(door, context)
+            from api.grpc.services import subscription_name
+
+            name = subscription_name(first.subscription)
+            await stream_call.check("pull", {"project": name.project, "subscription": name.id})
+            sub = await asyncio.to_thread(door.engine.get_subscription, name)
+            if sub.detached:
+                raise errors.FailedPrecondition(f"Subscription is detached: {name}")
+            await Stream(door, context, first, sub).run(requests, first)
+        except asyncio.CancelledError:  # the client went away
+            GRPC_REQUESTS.labels(method, "CANCELLED").inc()
+            raise
+        except Exception as exc:
+            failure = failure_of(exc, method)
+            GRPC_REQUESTS.labels(method, failure.status).inc()
+            await abort(context, failure)
+        GRPC_REQUESTS.labels(method, "OK").inc()
+
+    return grpc.stream_stream_rpc_method_handler(
+        behavior, response_serializer=lambda m: m.SerializeToString()
+    )
