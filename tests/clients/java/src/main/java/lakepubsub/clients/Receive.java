@@ -1,0 +1,351 @@
+package lakepubsub.clients;
+
+import com.google.api.core.ApiFuture;
+import com.google.api.core.ApiService;
+import com.google.api.gax.core.CredentialsProvider;
+import com.google.api.gax.core.NoCredentialsProvider;
+import com.google.api.gax.grpc.GrpcTransportChannel;
+import com.google.api.gax.rpc.AlreadyExistsException;
+import com.google.api.gax.rpc.FixedTransportChannelProvider;
+import com.google.api.gax.rpc.TransportChannelProvider;
+import com.google.cloud.pubsub.v1.MessageReceiver;
+import com.google.cloud.pubsub.v1.Publisher;
+import com.google.cloud.pubsub.v1.Subscriber;
+import com.google.cloud.pubsub.v1.SubscriptionAdminClient;
+import com.google.cloud.pubsub.v1.SubscriptionAdminSettings;
+import com.google.cloud.pubsub.v1.TopicAdminClient;
+import com.google.cloud.pubsub.v1.TopicAdminSettings;
+import com.google.common.util.concurrent.MoreExecutors;
+import com.google.protobuf.ByteString;
+import com.google.pubsub.v1.ProjectSubscriptionName;
+import com.google.pubsub.v1.PubsubMessage;
+import com.google.pubsub.v1.Subscription;
+import com.google.pubsub.v1.TopicName;
+import io.grpc.ManagedChannel;
+import io.grpc.ManagedChannelBuilder;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * Publishes COUNT messages and receives them back through StreamingPull with the unmodified Java
+ * client, wired to PUBSUB_EMULATOR_HOST the way Google documents for the emulator (plaintext
+ * channel, no credentials).
+ *
+ * <pre>java -jar receive.jar --project P --topic T --subscription S --count N [--ordered] [--timeout 60]</pre>
+ *
+ * <p>(or PROJECT, TOPIC, SUBSCRIPTION, COUNT, ORDERED=1, TIMEOUT_S in the environment). Prints one
+ * JSON line {"published", "received", "distinct", "ordered_ok", "errors"} and exits 0 when every
+ * message arrived (in key order if ordered) and nothing failed.
+ */
+public final class Receive {
+  /** Message i with i % 5 != 0 gets key "k(i % 4)"; the rest none. */
+  private static final int ORDERING_KEYS = 4;
+  /** Retry errors can repeat every attempt: keep each one short. */
+  private static final int MAX_ERROR_CHARS = 400;
+  /** How long past the deadline shutdown may take before the run counts as hung. */
+  private static final long CLOSE_GRACE_MS = 10_000;
+
+  private final String project;
+  private final String topic;
+  private final String subscription;
+  private final int count;
+  private final boolean ordered;
+  private final long timeoutMs;
+  private final long deadline;
+
+  private final Object lock = new Object();
+  private final List<String> errors = new ArrayList<>();
+  private final Set<Integer> seen = new HashSet<>();
+  private final List<Integer> firstSeen = new ArrayList<>();
+  private final CountDownLatch allSeen = new CountDownLatch(1);
+  private int published;
+  private int received;
+  private String stage = "create topic";
+
+  private Receive(Map<String, String> opts) {
+    project = opts.getOrDefault("project", "clients");
+    topic = opts.getOrDefault("topic", "java-topic");
+    subscription = opts.getOrDefault("subscription", "java-sub");
+    count = Integer.parseInt(opts.getOrDefault("count", "500"));
+    ordered = Set.of("1", "true").contains(opts.getOrDefault("ordered", ""));
+    timeoutMs = (long) (Double.parseDouble(opts.getOrDefault("timeout", "60")) * 1000);
+    deadline = System.currentTimeMillis() + timeoutMs;
+  }
+
+  private static Map<String, String> options(String[] args) {
+    Map<String, String> opts = new HashMap<>();
+    String[][] env = {
+      {"project", "PROJECT"}, {"topic", "TOPIC"}, {"subscription", "SUBSCRIPTION"},
+      {"count", "COUNT"}, {"ordered", "ORDERED"}, {"timeout", "TIMEOUT_S"},
+    };
+    for (String[] pair : env) {
+      String value = System.getenv(pair[1]);
+      if (value != null && !value.isEmpty()) {
+        opts.put(pair[0], value);
+      }
+    }
+    for (int i = 0; i < args.length; i++) {
+      String name = args[i].replaceFirst("^--", "");
+      opts.put(name, name.equals("ordered") ? "1" : args[++i]);
+    }
+    return opts;
+  }
+
+  static String orderingKey(int i) {
+    return i % 5 == 0 ? "" : "k" + (i % ORDERING_KEYS);
+  }
+
+  private static String describe(Throwable t) {
+    Throwable cause = t instanceof ExecutionException && t.getCause() != null ? t.getCause() : t;
+    String s = cause.getClass().getSimpleName() + ": " + cause.getMessage();
+    return s.length() > MAX_ERROR_CHARS ? s.substring(0, MAX_ERROR_CHARS) : s;
+  }
+
+  private void fail(String error) {
+    synchronized (lock) {
+      errors.add(error);
+    }
+  }
+
+  private void enter(String next) {
+    synchronized (lock) {
+      stage = next;
+    }
+  }
+
+  private void run() throws Exception {
+    String host = System.getenv("PUBSUB_EMULATOR_HOST");
+    if (host == null || host.isEmpty()) {
+      fail("PUBSUB_EMULATOR_HOST is not set");
+      return;
+    }
+    ManagedChannel channel = ManagedChannelBuilder.forTarget(host).usePlaintext().build();
+    try {
+      TransportChannelProvider channels =
+          FixedTransportChannelProvider.create(GrpcTransportChannel.create(channel));
+      CredentialsProvider credentials = NoCredentialsProvider.create();
+      TopicName topicName = TopicName.of(project, topic);
+      ProjectSubscriptionName subName = ProjectSubscriptionName.of(project, subscription);
+
+      try (TopicAdminClient admin =
+          TopicAdminClient.create(
+              TopicAdminSettings.newBuilder()
+                  .setTransportChannelProvider(channels)
+                  .setCredentialsProvider(credentials)
+                  .build())) {
+        admin.createTopic(topicName);
+      } catch (AlreadyExistsException e) {
+        // a topic left from an earlier run is fine
+      }
+      enter("create subscription");
+      try (SubscriptionAdminClient admin =
+          SubscriptionAdminClient.create(
+              SubscriptionAdminSettings.newBuilder()
+                  .setTransportChannelProvider(channels)
+                  .setCredentialsProvider(credentials)
+                  .build())) {
+        admin.createSubscription(
+            Subscription.newBuilder()
+                .setName(subName.toString())
+                .setTopic(topicName.toString())
+                .setEnableMessageOrdering(ordered)
+                .build());
+      } catch (AlreadyExistsException e) {
+        // likewise
+      }
+
+      enter("publish");
+      Publisher publisher =
+          Publisher.newBuilder(topicName)
+              .setChannelProvider(channels)
+              .setCredentialsProvider(credentials)
+              .setEnableMessageOrdering(ordered)
+              .build();
+      List<ApiFuture<String>> results = new ArrayList<>();
+      for (int i = 0; i < count; i++) {
+        PubsubMessage.Builder message =
+            PubsubMessage.newBuilder()
+                .setData(ByteString.copyFromUtf8("m-" + i))
+                .putAttributes("i", Integer.toString(i));
+        if (ordered) {
+          message.setOrderingKey(orderingKey(i));
+        }
+        results.add(publisher.publish(message.build()));
+      }
+      for (int i = 0; i < count; i++) {
+        try {
+          results.get(i).get();
+          synchronized (lock) {
+            published++;
+          }
+        } catch (ExecutionException e) {
+          fail("publish m-" + i + ": " + describe(e));
+        }
+      }
+      publisher.shutdown();
+      publisher.awaitTermination(10, TimeUnit.SECONDS);
+
+      enter("receive");
+      MessageReceiver receiver =
+          (message, consumer) -> {
+            deliver(message);
+            consumer.ack();
+          };
+      Subscriber subscriber =
+          Subscriber.newBuilder(subName, receiver)
+              .setChannelProvider(channels)
+              .setCredentialsProvider(credentials)
+              .build();
+      subscriber.addListener(
+          new ApiService.Listener() {
+            @Override
+            public void failed(ApiService.State from, Throwable failure) {
+              fail("subscriber failed (" + from + "): " + describe(failure));
+              allSeen.countDown();
+            }
+          },
+          MoreExecutors.directExecutor());
+      subscriber.startAsync().awaitRunning();
+      allSeen.await(Math.max(0, deadline - System.currentTimeMillis()), TimeUnit.MILLISECONDS);
+      enter("close");
+      subscriber.stopAsync();
+      try {
+        subscriber.awaitTerminated(CLOSE_GRACE_MS, TimeUnit.MILLISECONDS);
+      } catch (IllegalStateException e) {
+        // failed already: the listener recorded why
+      }
+    } finally {
+      channel.shutdownNow();
+    }
+  }
+
+  private void deliver(PubsubMessage message) {
+    synchronized (lock) {
+      received++;
+      String raw = message.getAttributesOrDefault("i", "");
+      int i;
+      try {
+        i = Integer.parseInt(raw);
+      } catch (NumberFormatException e) {
+        errors.add("message " + message.getMessageId() + ": attribute i=" + raw);
+        return;
+      }
+      if (!message.getData().toStringUtf8().equals("m-" + i)) {
+        errors.add("message " + message.getMessageId() + ": data " + message.getData().toStringUtf8());
+      }
+      if (seen.add(i)) {
+        firstSeen.add(i);
+        String want = ordered ? orderingKey(i) : "";
+        if (!message.getOrderingKey().equals(want)) {
+          errors.add("m-" + i + ": ordering key \"" + message.getOrderingKey() + "\"");
+        }
+      }
+      if (seen.size() >= count) {
+        allSeen.countDown();
+      }
+    }
+  }
+
+  /** Each key's messages, in the order first delivered, are in publish order. */
+  private boolean orderedOk() {
+    Map<String, Integer> last = new HashMap<>();
+    for (int i : firstSeen) {
+      String key = orderingKey(i);
+      if (key.isEmpty()) {
+        continue;
+      }
+      Integer prev = last.get(key);
+      if (prev != null && i < prev) {
+        errors.add("order: key " + key + " got m-" + i + " after m-" + prev);
+        return false;
+      }
+      last.put(key, i);
+    }
+    return true;
+  }
+
+  /** Prints the JSON line and exits: 0 only if everything arrived, in order, without errors. */
+  private void report() {
+    synchronized (lock) {
+      if (seen.size() < count && System.currentTimeMillis() >= deadline) {
+        errors.add(
+            "timeout after " + timeoutMs / 1000.0 + " s in " + stage + ": " + seen.size() + " of "
+                + count + " distinct");
+      }
+      Boolean ok = ordered ? orderedOk() : null;
+      StringBuilder line = new StringBuilder();
+      line.append("{\"published\": ").append(published);
+      line.append(", \"received\": ").append(received);
+      line.append(", \"distinct\": ").append(seen.size());
+      line.append(", \"ordered_ok\": ").append(ok == null ? "null" : ok.toString());
+      line.append(", \"errors\": [");
+      for (int i = 0; i < errors.size(); i++) {
+        line.append(i == 0 ? "" : ", ").append(jsonString(errors.get(i)));
+      }
+      line.append("]}");
+      System.out.println(line);
+      System.out.flush();
+      boolean success = errors.isEmpty() && seen.size() == count && !Boolean.FALSE.equals(ok);
+      Runtime.getRuntime().halt(success ? 0 : 1);
+    }
+  }
+
+  private static String jsonString(String s) {
+    StringBuilder out = new StringBuilder("\"");
+    for (char c : s.toCharArray()) {
+      switch (c) {
+        case '"' -> out.append("\\\"");
+        case '\\' -> out.append("\\\\");
+        case '\n' -> out.append("\\n");
+        case '\r' -> out.append("\\r");
+        case '\t' -> out.append("\\t");
+        default -> {
+          if (c < 0x20) {
+            out.append(String.format("\\u%04x", (int) c));
+          } else {
+            out.append(c);
+          }
+        }
+      }
+    }
+    return out.append('"').toString();
+  }
+
+  public static void main(String[] args) {
+    Receive receive = new Receive(options(args));
+    // Admin calls and publishes retry for a minute or more on their own: the deadline is ours.
+    Thread watchdog =
+        new Thread(
+            () -> {
+              try {
+                if (!receive.allSeen.await(receive.timeoutMs, TimeUnit.MILLISECONDS)) {
+                  receive.report();
+                }
+                Thread.sleep(CLOSE_GRACE_MS);
+                receive.fail("shutdown hung for " + CLOSE_GRACE_MS / 1000 + " s");
+                receive.report();
+              } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+              }
+            });
+    watchdog.setDaemon(true);
+    watchdog.start();
+    try {
+      receive.run();
+    } catch (Exception e) {
+      String stage;
+      synchronized (receive.lock) {
+        stage = receive.stage;
+      }
+      receive.fail(stage + ": " + describe(e));
+    }
+    receive.report();
+  }
+}

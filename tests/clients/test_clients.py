@@ -1,0 +1,130 @@
+"""Google's own Node, Go and Java clients against the gRPC door, unmodified.
+
+One real server per module (``lakepubsub --lake DIR serve --port P``); each test
+runs one language's program (built once per machine by ``clientkit``) with only
+``PUBSUB_EMULATOR_HOST`` set: it creates its topic and subscription, publishes
+COUNT messages with the client's default batching, and receives them through
+StreamingPull. A missing toolchain fails the test: CI machines have all three.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import clientkit
+import httpx
+import pytest
+from support import free_port
+
+COUNT = 500
+# Each program's own deadline for publishing and receiving everything.
+CLIENT_TIMEOUT_S = 60.0
+SERVER_START_TIMEOUT_S = 60.0
+# Server log lines quoted in a failure message.
+LOG_TAIL_LINES = 80
+
+
+@dataclass(frozen=True)
+class RunningServer:
+    emulator_host: str
+    log: Path
+    process: subprocess.Popen[bytes]
+
+    def log_tail(self) -> str:
+        lines = self.log.read_text(errors="replace").splitlines()
+        return "\n".join(lines[-LOG_TAIL_LINES:])
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    root = tmp_path_factory.mktemp("clients")
+    port = free_port()
+    log = root / "server.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [
+                str(Path(sys.executable).parent / "lakepubsub"),
+                "--lake", str(root / "lake"), "serve", "--port", str(port),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    srv = RunningServer(f"127.0.0.1:{port}", log, process)
+    try:
+        _wait_healthy(srv, port)
+        yield srv
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _wait_healthy(srv: RunningServer, port: int) -> None:
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if srv.process.poll() is not None:
+            pytest.fail(f"server exited {srv.process.returncode}:\n{srv.log_tail()}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    pytest.fail(f"server not healthy after {SERVER_START_TIMEOUT_S} s:\n{srv.log_tail()}")
+
+
+@pytest.fixture(scope="module")
+def built() -> Callable[[str], None]:
+    """Build a client on first use in this module (a cold Maven build takes minutes)."""
+    failures: dict[str, str] = {}
+    done: set[str] = set()
+
+    def ensure(name: str) -> None:
+        if name not in done and name not in failures:
+            try:
+                clientkit.build(name)
+                done.add(name)
+            except clientkit.ClientError as exc:
+                failures[name] = str(exc)
+        if name in failures:
+            pytest.fail(failures[name], pytrace=False)
+
+    return ensure
+
+
+@pytest.mark.parametrize("ordered", [False, True], ids=["unordered", "ordered"])
+@pytest.mark.parametrize("language", ["node", "go", "java"])
+def test_client_publishes_and_streams_every_message(
+    language: str, ordered: bool, built: Callable[[str], None], server: RunningServer
+) -> None:
+    built(language)
+    name = f"{language}-{'ordered' if ordered else 'unordered'}"
+    try:
+        outcome = clientkit.run(
+            language,
+            emulator_host=server.emulator_host,
+            project="clients",
+            topic=name,
+            subscription=f"{name}-sub",
+            count=COUNT,
+            ordered=ordered,
+            timeout_s=CLIENT_TIMEOUT_S,
+        )
+    except clientkit.ClientError as exc:
+        pytest.fail(f"{exc}\n--- server log ---\n{server.log_tail()}", pytrace=False)
+    report = outcome.report
+    context = f"{outcome.describe()}\n--- server log ---\n{server.log_tail()}"
+    assert report["errors"] == [], context
+    assert report["published"] == COUNT, context
+    assert report["distinct"] == COUNT, context
+    assert report["received"] >= COUNT, context
+    assert report["ordered_ok"] is (True if ordered else None), context
+    assert outcome.returncode == 0, context
