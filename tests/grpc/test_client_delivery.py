@@ -258,9 +258,8 @@ def test_seek_to_time_and_snapshot(
     def drain() -> list[bytes]:
         got: list[bytes] = []
         while True:
-            response = subscriber.pull(
-                subscription=sub, max_messages=10, return_immediately=True, timeout=10
-            )
+            # Waits the server's LAKEPUBSUB_PULL_WAIT_S (2 s here) when nothing is left.
+            response = subscriber.pull(subscription=sub, max_messages=10, timeout=10)
             if not response.received_messages:
                 return sorted(got)
             got += [r.message.data for r in response.received_messages]
