@@ -4,7 +4,8 @@ One real server per module (``lakepubsub --lake DIR serve --port P``); each test
 runs one language's program (built once per machine by ``clientkit``) with only
 ``PUBSUB_EMULATOR_HOST`` set: it creates its topic and subscription, publishes
 COUNT messages with the client's default batching, and receives them through
-StreamingPull. A missing toolchain fails the test: CI machines have all three.
+StreamingPull; then the lake must show every message acknowledged. A missing
+toolchain fails the test: CI machines have all three.
 """
 
 from __future__ import annotations
@@ -19,12 +20,18 @@ from pathlib import Path
 import clientkit
 import httpx
 import pytest
-from support import free_port
+from support import LakeSpec, free_port
 
+from lakepubsub import Engine, SubscriptionName
+
+PROJECT = "clients"
 COUNT = 500
 # Each program's own deadline for publishing and receiving everything.
 CLIENT_TIMEOUT_S = 60.0
 SERVER_START_TIMEOUT_S = 60.0
+# The server batches acknowledgements into lease-table commits: how long to wait for
+# the last ones a client sent on closing to reach the lake.
+ACKS_SETTLE_S = 15.0
 # Server log lines quoted in a failure message.
 LOG_TAIL_LINES = 80
 
@@ -32,6 +39,7 @@ LOG_TAIL_LINES = 80
 @dataclass(frozen=True)
 class RunningServer:
     emulator_host: str
+    lake: LakeSpec
     log: Path
     process: subprocess.Popen[bytes]
 
@@ -54,7 +62,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
             stdout=out,
             stderr=subprocess.STDOUT,
         )  # fmt: skip
-    srv = RunningServer(f"127.0.0.1:{port}", log, process)
+    srv = RunningServer(f"127.0.0.1:{port}", LakeSpec(str(root / "lake"), {}), log, process)
     try:
         _wait_healthy(srv, port)
         yield srv
@@ -111,7 +119,7 @@ def test_client_publishes_and_streams_every_message(
         outcome = clientkit.run(
             language,
             emulator_host=server.emulator_host,
-            project="clients",
+            project=PROJECT,
             topic=name,
             subscription=f"{name}-sub",
             count=COUNT,
@@ -128,3 +136,24 @@ def test_client_publishes_and_streams_every_message(
     assert report["received"] >= COUNT, context
     assert report["ordered_ok"] is (True if ordered else None), context
     assert outcome.returncode == 0, context
+    _assert_all_acknowledged(server, f"{name}-sub")
+
+
+def _assert_all_acknowledged(server: RunningServer, subscription: str) -> None:
+    """Every ack the client sent on its stream reached the lake: nothing is outstanding."""
+    name = SubscriptionName(PROJECT, subscription)
+    deadline = time.monotonic() + ACKS_SETTLE_S
+    with Engine(server.lake.settings()) as engine:
+        while True:
+            state = engine.subscription_state(name)
+            if state.outstanding() == 0 and state.floor() == COUNT:
+                return
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+    pytest.fail(
+        f"{subscription}: {state.outstanding()} messages still outstanding and the lowest "
+        f"unacknowledged offset is {state.floor()} (want 0 and {COUNT}) {ACKS_SETTLE_S} s "
+        f"after the client closed\n--- server log ---\n{server.log_tail()}",
+        pytrace=False,
+    )
