@@ -140,6 +140,8 @@ class Stream:
         closing = asyncio.create_task(self.door.closing.wait())  # type: ignore[union-attr]
         try:
             while not reader.done():
+                if closing.done():
+                    raise errors.Unavailable("the server is shutting down; reconnect")
                 room = self.room()
                 if room <= 0:
                     self.room_changed.clear()
@@ -159,8 +161,6 @@ class Stream:
                         pulled.cancel()  # the leases it may have taken expire
                         continue
                     await self._send(pulled.result())
-                if closing.done():
-                    raise errors.Unavailable("the server is shutting down; reconnect")
             reader.result()  # the client's request stream ended: re-raise a failure
         finally:
             reader.cancel()
