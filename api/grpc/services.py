@@ -16,7 +16,7 @@ from typing import Any, cast
 
 import grpc
 from google.iam.v1 import iam_policy_pb2, policy_pb2
-from google.protobuf import empty_pb2, json_format, timestamp_pb2
+from google.protobuf import empty_pb2, json_format
 from google.protobuf.message import Message
 from google.pubsub_v1.types import pubsub as ps
 from starlette.responses import Response
@@ -40,8 +40,6 @@ def pb(wrapper: Any) -> type[Message]:
 Topic = pb(ps.Topic)
 Subscription = pb(ps.Subscription)
 Snapshot = pb(ps.Snapshot)
-PubsubMessage = pb(ps.PubsubMessage)
-ReceivedMessagePb = pb(ps.ReceivedMessage)
 Empty = empty_pb2.Empty
 
 PUBLISHER = "google.pubsub.v1.Publisher"
@@ -84,30 +82,31 @@ async def _rest(route: Callable[..., Response], *args: Any) -> bytes:
     return bytes(response.body)
 
 
-def _timestamp(us: int) -> timestamp_pb2.Timestamp:
-    return timestamp_pb2.Timestamp(seconds=us // 1_000_000, nanos=(us % 1_000_000) * 1000)
-
-
-def received_message(r: ReceivedMessage) -> Message:
-    """One delivery as ``google.pubsub.v1.ReceivedMessage``; a truncation event as a
-    message without data whose attributes describe it (as the REST door shows it)."""
-    if r.event is not None:
-        message = PubsubMessage(
-            message_id=convert.event_message_id(r.ack_id),
-            publish_time=_timestamp(r.event.time_us),
-            attributes=convert.event_attributes(r.event),
-        )
-    else:
+def add_received(repeated: Any, received: list[ReceivedMessage]) -> None:
+    """Append deliveries to a ``repeated ReceivedMessage`` field, filling each in place
+    (a fifth of the CPU of building the messages and copying them in). A truncation
+    event is a message without data whose attributes describe it, as on the REST door."""
+    add = repeated.add
+    for r in received:
+        item = add(ack_id=r.ack_id, delivery_attempt=r.delivery_attempt)
+        message = item.message
         msg = r.message
-        assert msg is not None
-        message = PubsubMessage(
-            data=msg.data,
-            attributes=msg.attributes,
-            message_id=msg.message_id,
-            publish_time=_timestamp(msg.publish_time_us),
-            ordering_key=msg.ordering_key,
-        )
-    return ReceivedMessagePb(ack_id=r.ack_id, message=message, delivery_attempt=r.delivery_attempt)
+        if msg is None:
+            assert r.event is not None
+            message.message_id = convert.event_message_id(r.ack_id)
+            us = r.event.time_us
+            message.attributes.update(convert.event_attributes(r.event))
+        else:
+            message.data = msg.data
+            message.message_id = msg.message_id
+            us = msg.publish_time_us
+            if msg.attributes:
+                message.attributes.update(msg.attributes)
+            if msg.ordering_key:
+                message.ordering_key = msg.ordering_key
+        stamp = message.publish_time
+        stamp.seconds = us // 1_000_000
+        stamp.nanos = (us % 1_000_000) * 1000
 
 
 # -- Publisher ---------------------------------------------------------------------------------
@@ -275,7 +274,9 @@ async def pull(door: GrpcDoor, request: Any, call: Call) -> Message:
         return_immediately=request.return_immediately,
     )
     received = await asyncio.wrap_future(future)
-    return pb(ps.PullResponse)(received_messages=[received_message(r) for r in received])
+    response = pb(ps.PullResponse)()
+    add_received(response.received_messages, received)  # type: ignore[attr-defined]
+    return response
 
 
 async def acknowledge(door: GrpcDoor, request: Any, call: Call) -> Message:

@@ -180,7 +180,7 @@ class Stream:
     async def _send(self, received: list[ReceivedMessage]) -> None:
         if not received:
             return
-        from api.grpc.services import received_message
+        from api.grpc.services import add_received
 
         until = time.monotonic() + self.deadline_s
         for r in received:
@@ -188,7 +188,8 @@ class Stream:
             self.out[r.ack_id] = (size, until)
             self.out_bytes += size
         self.door.streams.delivered(self, [r.ack_id for r in received])
-        response = StreamingPullResponse(received_messages=[received_message(r) for r in received])
+        response = StreamingPullResponse()
+        add_received(response.received_messages, received)
         await self._write(response)
 
     async def _write(self, response: Any) -> None:
