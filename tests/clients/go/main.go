@@ -6,7 +6,7 @@
 //
 // (or PROJECT, TOPIC, SUBSCRIPTION, COUNT, ORDERED=1, TIMEOUT_S in the environment).
 // It prints one JSON line {"published", "received", "distinct", "ordered_ok",
-// "errors"} and exits 0 when every message arrived (in key order if ordered)
+// "errors"} plus timings (publish_s, receive_s, total_s) and exits 0 when every message arrived (in key order if ordered)
 // and nothing failed.
 package main
 
@@ -39,6 +39,13 @@ type result struct {
 	Distinct  int      `json:"distinct"`
 	OrderedOK *bool    `json:"ordered_ok"`
 	Errors    []string `json:"errors"`
+	PublishS  float64  `json:"publish_s,omitempty"`
+	ReceiveS  float64  `json:"receive_s,omitempty"`
+	TotalS    float64  `json:"total_s"`
+}
+
+func seconds(since time.Time) float64 {
+	return float64(time.Since(since).Milliseconds()/10) / 100
 }
 
 type options struct {
@@ -102,6 +109,7 @@ type state struct {
 	stage     string
 	seen      map[int]bool
 	firstSeen []int
+	started   time.Time
 }
 
 func (st *state) fail(format string, args ...any) {
@@ -146,6 +154,7 @@ func (st *state) report(timedOut bool) {
 	defer st.mu.Unlock()
 	res := &st.res
 	res.Distinct = len(st.seen)
+	res.TotalS = seconds(st.started)
 	if timedOut {
 		res.Errors = append(res.Errors, fmt.Sprintf("timeout after %s in %s: %d of %d distinct",
 			st.o.timeout, st.stage, res.Distinct, st.o.count))
@@ -206,6 +215,7 @@ func run(ctx context.Context, st *state) {
 	}
 
 	st.enter("publish")
+	publishStarted := time.Now()
 	publisher := client.Publisher(topicName)
 	publisher.EnableMessageOrdering = o.ordered
 	results := make([]*pubsub.PublishResult, o.count)
@@ -226,14 +236,23 @@ func run(ctx context.Context, st *state) {
 		st.mu.Unlock()
 	}
 	publisher.Stop()
+	st.mu.Lock()
+	st.res.PublishS = seconds(publishStarted)
+	st.mu.Unlock()
 
 	st.enter("receive")
+	receiveStarted := time.Now()
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	err = client.Subscriber(subName).Receive(rctx, func(_ context.Context, m *pubsub.Message) {
 		all := st.deliver(m)
 		m.Ack()
 		if all {
+			st.mu.Lock()
+			if st.res.ReceiveS == 0 {
+				st.res.ReceiveS = seconds(receiveStarted)
+			}
+			st.mu.Unlock()
 			cancel()
 		}
 	})
@@ -247,7 +266,7 @@ func run(ctx context.Context, st *state) {
 const closeGrace = 10 * time.Second
 
 func main() {
-	st := &state{o: parseOptions(), res: result{Errors: []string{}}, seen: map[int]bool{}}
+	st := &state{o: parseOptions(), res: result{Errors: []string{}}, seen: map[int]bool{}, started: time.Now()}
 	ctx, cancel := context.WithTimeout(context.Background(), st.o.timeout)
 	defer cancel()
 	time.AfterFunc(st.o.timeout+closeGrace, func() {

@@ -4,7 +4,8 @@
 //   node receive.mjs --project P --topic T --subscription S --count N [--ordered] [--timeout SECONDS]
 //
 // (or PROJECT, TOPIC, SUBSCRIPTION, COUNT, ORDERED=1, TIMEOUT_S in the environment).
-// Prints one JSON line: {"published", "received", "distinct", "ordered_ok", "errors"};
+// Prints one JSON line: {"published", "received", "distinct", "ordered_ok", "errors"}
+// plus timings (publish_s, receive_s, total_s);
 // exits 0 when every message arrived (in key order if ordered) and nothing failed.
 import { PubSub } from '@google-cloud/pubsub';
 
@@ -67,6 +68,8 @@ async function main() {
   process.env.METADATA_SERVER_DETECTION ??= 'none';
   const opts = options(process.argv.slice(2), process.env);
   const result = { published: 0, received: 0, distinct: 0, ordered_ok: null, errors: [] };
+  const started = Date.now();
+  const seconds = (since) => Math.round((Date.now() - since) / 10) / 100;
   const pubsub = new PubSub({ projectId: opts.project });
   const seen = new Set();
   const firstSeen = [];
@@ -74,6 +77,7 @@ async function main() {
 
   const report = () => {
     result.distinct = seen.size;
+    result.total_s = seconds(started);
     if (opts.ordered) result.ordered_ok = orderedOk(firstSeen, result.errors);
     process.stdout.write(`${JSON.stringify(result)}\n`);
     const ok =
@@ -96,6 +100,7 @@ async function main() {
     );
 
     stage = 'publish';
+    const publishStarted = Date.now();
     const topic = pubsub.topic(opts.topic, { messageOrdering: opts.ordered });
     const publishes = [];
     for (let i = 0; i < opts.count; i++) {
@@ -110,8 +115,10 @@ async function main() {
     }
     await Promise.all(publishes);
     await topic.flush();
+    result.publish_s = seconds(publishStarted);
 
     stage = 'receive';
+    const receiveStarted = Date.now();
     const subscription = pubsub.subscription(opts.subscription);
     await new Promise((resolve) => {
       subscription.on('error', (err) => {
@@ -135,6 +142,7 @@ async function main() {
         if (seen.size >= opts.count) resolve();
       });
     });
+    result.receive_s = seconds(receiveStarted);
     stage = 'close';
     await subscription.close();
   } catch (err) {

@@ -41,7 +41,8 @@ import java.util.concurrent.TimeUnit;
  * <pre>java -jar receive.jar --project P --topic T --subscription S --count N [--ordered] [--timeout 60]</pre>
  *
  * <p>(or PROJECT, TOPIC, SUBSCRIPTION, COUNT, ORDERED=1, TIMEOUT_S in the environment). Prints one
- * JSON line {"published", "received", "distinct", "ordered_ok", "errors"} and exits 0 when every
+ * JSON line {"published", "received", "distinct", "ordered_ok", "errors"} plus timings (publish_s,
+ * receive_s, total_s) and exits 0 when every
  * message arrived (in key order if ordered) and nothing failed.
  */
 public final class Receive {
@@ -68,6 +69,10 @@ public final class Receive {
   private int published;
   private int received;
   private String stage = "create topic";
+  private final long started = System.currentTimeMillis();
+  private Double publishS;
+  private Double receiveS;
+  private long receiveStarted;
 
   private Receive(Map<String, String> opts) {
     project = opts.getOrDefault("project", "clients");
@@ -162,6 +167,7 @@ public final class Receive {
       }
 
       enter("publish");
+      long publishStarted = System.currentTimeMillis();
       Publisher publisher =
           Publisher.newBuilder(topicName)
               .setChannelProvider(channels)
@@ -191,8 +197,14 @@ public final class Receive {
       }
       publisher.shutdown();
       publisher.awaitTermination(10, TimeUnit.SECONDS);
+      synchronized (lock) {
+        publishS = seconds(publishStarted);
+      }
 
       enter("receive");
+      synchronized (lock) {
+        receiveStarted = System.currentTimeMillis();
+      }
       MessageReceiver receiver =
           (message, consumer) -> {
             deliver(message);
@@ -247,7 +259,8 @@ public final class Receive {
           errors.add("m-" + i + ": ordering key \"" + message.getOrderingKey() + "\"");
         }
       }
-      if (seen.size() >= count) {
+      if (seen.size() >= count && receiveS == null) {
+        receiveS = seconds(receiveStarted);
         allSeen.countDown();
       }
     }
@@ -289,12 +302,23 @@ public final class Receive {
       for (int i = 0; i < errors.size(); i++) {
         line.append(i == 0 ? "" : ", ").append(jsonString(errors.get(i)));
       }
-      line.append("]}");
+      line.append("]");
+      if (publishS != null) {
+        line.append(", \"publish_s\": ").append(publishS);
+      }
+      if (receiveS != null) {
+        line.append(", \"receive_s\": ").append(receiveS);
+      }
+      line.append(", \"total_s\": ").append(seconds(started)).append("}");
       System.out.println(line);
       System.out.flush();
       boolean success = errors.isEmpty() && seen.size() == count && !Boolean.FALSE.equals(ok);
       Runtime.getRuntime().halt(success ? 0 : 1);
     }
+  }
+
+  private static double seconds(long sinceMs) {
+    return (System.currentTimeMillis() - sinceMs) / 10 / 100.0;
   }
 
   private static String jsonString(String s) {
