@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar, cast
 
 import orjson
@@ -322,7 +322,12 @@ class Dispatcher:
         demand = sum(p.max_messages for p in pulls)
         table, messages, state = self._load()
         sub = self.subscription
-        planner = Planner(state, _policy(sub), self._settings.clock_us())
+        policy = _policy(sub)
+        deadlines = {p.ack_deadline_s for p in pulls}
+        uniform = len(deadlines) == 1
+        if uniform and (deadline := deadlines.pop()) is not None:
+            policy = replace(policy, ack_deadline_s=deadline)  # every pull's own lease
+        planner = Planner(state, policy, self._settings.clock_us())
         ack_results = [
             planner.acknowledge(r.ack_ids)
             if r.deadline_s is None
@@ -337,7 +342,8 @@ class Dispatcher:
             else:
                 events.append(self._truncate(planner, messages, request))
         claims = self._claim(planner, messages, demand) if demand else []
-        _apply_pull_deadlines(planner, [c for c, _ in claims], pulls)
+        if not uniform:
+            _apply_pull_deadlines(planner, [c for c, _ in claims], pulls)
         if planner.dirty:
             table.commit(planner)
         deliveries = [_received(claim, message) for claim, message in claims]
