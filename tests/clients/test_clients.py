@@ -10,6 +10,7 @@ toolchain fails the test: CI machines have all three.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -34,6 +35,10 @@ SERVER_START_TIMEOUT_S = 60.0
 ACKS_SETTLE_S = 15.0
 # Server log lines quoted in a failure message.
 LOG_TAIL_LINES = 80
+# Server log lines that mean something failed, even if the client retried past it.
+LOG_TROUBLE = re.compile(
+    r"Traceback|ERROR|Exception|unhandled error|Task was destroyed|never retrieved|never awaited"
+)
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,14 @@ class RunningServer:
     def log_tail(self) -> str:
         lines = self.log.read_text(errors="replace").splitlines()
         return "\n".join(lines[-LOG_TAIL_LINES:])
+
+    def log_size(self) -> int:
+        return self.log.stat().st_size
+
+    def log_since(self, offset: int) -> str:
+        with self.log.open("rb") as f:
+            f.seek(offset)
+            return f.read().decode(errors="replace")
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +128,7 @@ def test_client_publishes_and_streams_every_message(
 ) -> None:
     built(language)
     name = f"{language}-{'ordered' if ordered else 'unordered'}"
+    log_start = server.log_size()
     try:
         outcome = clientkit.run(
             language,
@@ -137,6 +151,8 @@ def test_client_publishes_and_streams_every_message(
     assert report["ordered_ok"] is (True if ordered else None), context
     assert outcome.returncode == 0, context
     _assert_all_acknowledged(server, f"{name}-sub")
+    log = server.log_since(log_start)
+    assert not LOG_TROUBLE.search(log), f"the server logged trouble during the run:\n{log}"
 
 
 def _assert_all_acknowledged(server: RunningServer, subscription: str) -> None:
