@@ -158,11 +158,15 @@ def test_two_servers_share_one_subscription(local: LakeSpec, tmp_path: Path, nam
 
 _HOLDER = textwrap.dedent(
     """
-    import sys, time
+    import sys, threading, time
     from google.cloud import pubsub_v1
     subscriber = pubsub_v1.SubscriberClient()
+    lock = threading.Lock()
     def callback(message):
-        print(message.message_id, flush=True)  # and never ack
+        with lock:  # callbacks run on several threads; one whole line each
+            sys.stdout.write(message.message_id + "\\n")
+            sys.stdout.flush()
+        # and never ack
     subscriber.subscribe(sys.argv[1], callback)
     time.sleep(600)
     """
