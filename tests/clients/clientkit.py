@@ -40,6 +40,8 @@ NO_METADATA_ENV = {
     "GCE_METADATA_HOST": "127.0.0.1:9",
     "GCE_METADATA_IP": "127.0.0.1:9",
 }
+# Where toolchains install outside PATH (Go's tarball), searched after PATH.
+EXTRA_TOOL_DIRS = ("/usr/local/go/bin",)
 # How much of a failed command's output goes into the error message.
 OUTPUT_TAIL_CHARS = 4000
 
@@ -106,8 +108,14 @@ def _tail(text: str) -> str:
     return text[-OUTPUT_TAIL_CHARS:]
 
 
+def _tool_env() -> dict[str, str]:
+    path = os.pathsep.join([os.environ.get("PATH", ""), *EXTRA_TOOL_DIRS])
+    return {**os.environ, **NO_METADATA_ENV, "PATH": path}
+
+
 def check_tools(client: Client) -> None:
-    missing = [tool for tool in client.tools if shutil.which(tool) is None]
+    path = _tool_env()["PATH"]
+    missing = [tool for tool in client.tools if shutil.which(tool, path=path) is None]
     if missing:
         raise ToolchainMissing(
             f"the {client.name} client check needs {', '.join(missing)} on PATH "
@@ -130,6 +138,7 @@ def build(name: str, *, timeout_s: float = BUILD_TIMEOUT_S) -> float:
             done = subprocess.run(
                 command,
                 cwd=client.directory,
+                env=_tool_env(),
                 capture_output=True,
                 text=True,
                 timeout=max(1.0, deadline - time.monotonic()),
@@ -180,7 +189,7 @@ def run(
     ]  # fmt: skip
     if ordered:
         args.append("--ordered")
-    env = {**os.environ, **NO_METADATA_ENV, "PUBSUB_EMULATOR_HOST": emulator_host}
+    env = {**_tool_env(), "PUBSUB_EMULATOR_HOST": emulator_host}
     try:
         done = subprocess.run(
             [*client.run, *args],
