@@ -1,6 +1,6 @@
-"""The side-by-side benchmark: lakepubsub over REST and NATS JetStream, one workload, one run.
+"""The side-by-side benchmark: lakepubsub over REST and gRPC and NATS JetStream, one run.
 
-    python -m bench [--quick] [--s3] [--runs N] [--out DIR]
+    python -m bench [--quick] [--s3] [--runs N] [--out DIR] [--only rest|grpc]
 
 Runs the shared workload (``bench/workload.py``) against NATS JetStream
 (``bench/peer_nats.py``) and against lakepubsub on a local lake
@@ -11,6 +11,14 @@ one), for its Delta commits, S3 requests and request cost per million
 messages. Writes ``report.md`` and PNG charts (``-quick`` names for
 ``--quick``) to ``bench/results/``; a full run into the default directory
 also puts its table into ``bench/README.md``.
+
+The gRPC cases (``bench/grpc_bench.py``: lakepubsub through Google's Pub/Sub
+Go client, JetStream through the NATS Go client, both driven by the Go load
+generator in ``bench/loadgen``) run last, in the same run; ``--only grpc``
+runs just them, ``--only rest`` just the others. A case that fails is
+recorded in the report with its error and the others still run; the report is
+rewritten after every phase and gRPC case (marked partial until the end), and
+the command exits 1 if anything failed.
 
 ``--quick`` is for CI: the quick workload with every publish client capped at
 ``QUICK_ROUND_TRIPS`` requests (a batch-of-1 publish costs lakepubsub one
@@ -32,14 +40,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from bench import grpc_bench, peer_nats
 from bench import peer_lakepubsub as lps
-from bench import peer_nats
 from bench import workload as w
 
 RESULTS = Path(__file__).parent / "results"
@@ -82,6 +90,9 @@ _LABELS = {
     lps.SYSTEM_S3: "lakepubsub (moto S3)",
 }
 _COLORS = {peer_nats.SYSTEM: "#4c72b0", lps.SYSTEM: "#dd8452", lps.SYSTEM_S3: "#55a868"}
+# The gRPC cases' phase (both systems) in the report's timing line.
+GRPC_PHASE = "grpc"
+_PHASES = {**_LABELS, GRPC_PHASE: "gRPC cases"}
 _EN_DASH = "\u2013"
 _NONE = "\u2014"
 _MILLION = 1_000_000
@@ -143,6 +154,15 @@ class Run:
     elapsed_s: dict[str, float]
     load_before: tuple[float, float, float]
     load_after: tuple[float, float, float]
+    # The gRPC cases' sizes, if they ran; whether the REST cases (and their NATS peers) ran.
+    grpc_workload: grpc_bench.GrpcWorkload | None = None
+    rest: bool = True
+    # End-to-end latencies (ms) of the gRPC latency case, all runs, per system.
+    grpc_latency_samples: dict[str, list[float]] = field(default_factory=dict)
+    # Cases (or whole phases) that failed, with their errors.
+    failures: list[grpc_bench.Failure] = field(default_factory=list)
+    # True until the last case has run: a report written meanwhile says it is partial.
+    partial: bool = False
 
 
 def run(
@@ -151,20 +171,59 @@ def run(
     s3_workload: w.Workload | None = None,
     fresh_server: bool = True,
     progress: Callable[[str], None] | None = None,
+    grpc_workload: grpc_bench.GrpcWorkload | None = None,
+    rest: bool = True,
+    checkpoint: Callable[[Run], None] | None = None,
 ) -> Run:
-    """NATS JetStream, then lakepubsub on a local lake, then optionally on moto S3.
+    """NATS JetStream, then lakepubsub on a local lake, then optionally on moto S3, then
+    the gRPC cases (``grpc_workload``; both systems, case by case).
 
     Without ``fresh_server`` one lakepubsub server serves all its runs (CI).
+    Without ``rest`` only the gRPC cases run. A phase that fails is recorded in
+    ``Run.failures`` and the next one still runs; ``checkpoint`` gets the run so
+    far after every phase and every gRPC case.
     """
-    done = Run(workload, s3_workload, fresh_server, [], {}, {}, os.getloadavg(), (0, 0, 0))
+    done = Run(
+        workload, s3_workload, fresh_server, [], {}, {}, os.getloadavg(), (0, 0, 0),
+        grpc_workload=grpc_workload, rest=rest, partial=True,
+    )  # fmt: skip
+
+    def save() -> None:
+        done.load_after = os.getloadavg()
+        if checkpoint:
+            checkpoint(done)
 
     def timed(system: str, results: Callable[[list[float]], list[w.Result]]) -> None:
         started = time.monotonic()
         samples: list[float] = []
-        done.results += results(samples)
+        try:
+            done.results += results(samples)
+        except Exception as exc:  # the other phases still run; the report shows this one
+            error = grpc_bench.describe(exc)
+            done.failures.append(grpc_bench.Failure(system, "every case of the phase", error))
+            if progress:
+                progress(f"{system}: FAILED, the phase stopped: {error[:300]}")
         done.elapsed_s[system] = time.monotonic() - started
         if samples:
             done.latency_samples[system] = samples
+        save()
+
+    if rest:
+        _run_rest(done, timed, progress=progress)
+    if grpc_workload is not None:
+        _run_grpc(done, grpc_workload, progress=progress, save=save)
+    done.load_after = os.getloadavg()
+    done.partial = False
+    return done
+
+
+def _run_rest(
+    done: Run,
+    timed: Callable[[str, Callable[[list[float]], list[w.Result]]], None],
+    *,
+    progress: Callable[[str], None] | None,
+) -> None:
+    workload, s3_workload, fresh_server = done.workload, done.s3_workload, done.fresh_server
 
     def nats(samples: list[float]) -> list[w.Result]:
         # The NATS peer hands out raw latencies once its run_all takes latency_samples.
@@ -191,8 +250,39 @@ def run(
                 latency_samples=samples,
             ),
         )
-    done.load_after = os.getloadavg()
-    return done
+
+
+def _run_grpc(
+    done: Run,
+    workload: grpc_bench.GrpcWorkload,
+    *,
+    progress: Callable[[str], None] | None,
+    save: Callable[[], None],
+) -> None:
+    """The gRPC cases; their results so far join the run's after every case."""
+    started = time.monotonic()
+    results, failures = list(done.results), list(done.failures)
+
+    def merge(outcome: grpc_bench.Outcome) -> None:
+        done.results = results + outcome.results
+        done.failures = failures + outcome.failures
+        done.grpc_latency_samples = outcome.latency_samples
+        done.elapsed_s[GRPC_PHASE] = time.monotonic() - started
+
+    def checkpoint(outcome: grpc_bench.Outcome) -> None:
+        merge(outcome)
+        save()
+
+    try:
+        outcome = grpc_bench.run_all(
+            workload, fresh_server=done.fresh_server, progress=progress, checkpoint=checkpoint
+        )
+    except Exception as exc:  # a bug in the harness: keep what was measured before it
+        error = grpc_bench.describe(exc)
+        done.failures.append(grpc_bench.Failure(GRPC_PHASE, "the gRPC cases not yet run", error))
+        done.elapsed_s[GRPC_PHASE] = time.monotonic() - started
+        return
+    merge(outcome)
 
 
 # --- tables -------------------------------------------------------------------
@@ -383,6 +473,85 @@ def full_table(results: Sequence[w.Result], system: str) -> str:
     return w.markdown_table(r for r in results if r.system == system)
 
 
+# The REST case each gRPC figure is shown beside: the closest one of the REST workload.
+def _rest_counterparts(workload: w.Workload, grpc: grpc_bench.GrpcWorkload) -> dict[str, str]:
+    publish = {(c.batch_size, c.clients): c.name for c in workload.publish}
+    found = {
+        # Google's Go client sends bundles of up to 100 messages by default.
+        grpc.publish_case: publish.get((100, grpc.publishers), ""),
+        grpc.single_case: publish.get((1, 1), ""),
+        grpc.latency_case: next(
+            (c.name for c in workload.latency if c.offered_rate_per_s == grpc.latency_rate_per_s),
+            "",
+        ),
+        grpc.drain_case: next((c.name for c in workload.drain if c.consumers == 1), ""),
+    }
+    return {k: v for k, v in found.items() if v}
+
+
+_GRPC_FIGURES = (
+    w.DRAIN_TIME,
+    w.THROUGHPUT,
+    w.BATCH_LATENCY_P50,
+    w.BATCH_LATENCY_P99,
+    w.LATENCY_P50,
+    w.LATENCY_P99,
+    w.LATENCY_MAX,
+    w.ACHIEVED_RATE,
+    w.SERVER_CPU_PER_MILLION,
+    w.CLIENT_CPU_PER_MILLION,
+)
+_FAILED = "**failed**"
+
+
+def grpc_table(
+    results: Sequence[w.Result],
+    failures: Sequence[grpc_bench.Failure],
+    workload: w.Workload,
+    grpc: grpc_bench.GrpcWorkload,
+) -> str:
+    """The gRPC cases: lakepubsub (Go client, gRPC) beside JetStream (Go client), and the
+    closest REST case's figure from this run (the REST client is Python)."""
+    ours, peer = _index(results, lps.SYSTEM), _index(results, peer_nats.SYSTEM)
+    failed = {(f.system, f.case) for f in failures}
+    rest = _rest_counterparts(workload, grpc)
+    lines = [
+        "| case | metric | unit | lakepubsub gRPC | NATS JetStream | ratio "
+        "| lakepubsub REST, same run | REST case |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for case in grpc.cases:
+        metrics = [m for m in _GRPC_FIGURES for k in (*ours, *peer) if k[:2] == (case, m)]
+        if not metrics:
+            lines.append(
+                f"| {case} | {_NONE} | | {_grpc_cell(None, (lps.SYSTEM, case) in failed)} "
+                f"| {_grpc_cell(None, (peer_nats.SYSTEM, case) in failed)} | | | |"
+            )
+            continue
+        for metric in dict.fromkeys(metrics):
+            unit = next(k[2] for k in (*ours, *peer) if k[:2] == (case, metric))
+            mine, theirs = ours.get((case, metric, unit)), peer.get((case, metric, unit))
+            twin = rest.get(case, "")
+            if metric == w.DRAIN_TIME and not any(
+                c.backlog_messages == grpc.drain_messages for c in workload.drain
+            ):
+                twin = ""  # drain times of different backlogs do not compare
+            beside = ours.get((twin, metric, unit)) if twin else None
+            lines.append(
+                f"| {case} | {metric} | {unit} "
+                f"| {_grpc_cell(mine, (lps.SYSTEM, case) in failed)} "
+                f"| {_grpc_cell(theirs, (peer_nats.SYSTEM, case) in failed)} "
+                f"| {_ratio(mine, theirs)} | {_cell(beside)} | {twin if beside else ''} |"
+            )
+    return "\n".join(lines)
+
+
+def _grpc_cell(result: w.Result | None, failed: bool) -> str:
+    if result is None:
+        return _FAILED if failed else _NONE
+    return f"{_cell(result)} ({_FAILED} in some runs)" if failed else _cell(result)
+
+
 # --- the machine --------------------------------------------------------------
 
 
@@ -446,6 +615,7 @@ def machine_lines(done: Run) -> list[str]:
         f"(uvloop {_version('uvloop')}, httptools {_version('httptools')}), httpx "
         f"{_version('httpx')}, orjson {_version('orjson')}; {nats_server}, nats-py "
         f"{_version('nats-py')}; moto {_version('moto')}",
+        *([grpc_bench.software_line()] if done.grpc_workload else []),
     ]
 
 
@@ -516,11 +686,21 @@ def latency_chart(done: Run, path: Path) -> None:
                 (w.LATENCY_MAX, 1.0),
             )
             for r in results
-            if r.system == system and r.metric == metric
+            if r.system == system and r.metric == metric and r.case == latency_case
         ]
         if points:
             xs, ys = zip(*points, strict=True)
             cdf.plot(xs, ys, "o", label=f"{label} (p50, p99, max only)", color=_COLORS[system])
+    for system, samples in done.grpc_latency_samples.items():
+        # The gRPC latency case (Go clients on both sides), dashed.
+        ordered = sorted(samples)
+        fractions = [(i + 1) / len(ordered) for i in range(len(ordered))]
+        rate = done.grpc_workload.latency_rate_per_s if done.grpc_workload else 0
+        over = " over gRPC" if system == lps.SYSTEM else ""
+        label = f"{_LABELS[system]}, Go client{over} ({rate:,} msgs/s)"
+        cdf.step(
+            ordered, fractions, where="post", linestyle="--", label=label, color=_COLORS[system]
+        )
     cdf.set_xscale("log")
     cdf.set_xlabel("publish → receive latency, ms (log scale)")
     cdf.set_ylabel("fraction of messages")
@@ -606,13 +786,18 @@ def _workload_lines(workload: w.Workload, *, fresh_server: bool) -> list[str]:
     ]
 
 
-def report(done: Run, *, command: str, charts: tuple[str, str]) -> str:
+def report(done: Run, *, command: str, charts: tuple[str | None, str | None]) -> str:
+    """The report; ``charts`` are the chart files' names (``None``: no such chart)."""
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     minutes = sum(done.elapsed_s.values()) / 60
-    took = ", ".join(f"{_LABELS[s]} {t / 60:.1f} min" for s, t in done.elapsed_s.items())
-    sections = [
-        "# lakepubsub vs NATS JetStream: side-by-side benchmark",
-        "",
+    took = ", ".join(f"{_PHASES.get(s, s)} {t / 60:.1f} min" for s, t in done.elapsed_s.items())
+    sections = ["# lakepubsub vs NATS JetStream: side-by-side benchmark", ""]
+    if done.partial:
+        sections += [
+            f"**Partial report** ({now}): the run is still going; the cases so far.",
+            "",
+        ]
+    sections += [
         f"Written {now} by `{command}` in {minutes:.1f} min ({took}).",
         "",
         "## Machine",
@@ -621,10 +806,11 @@ def report(done: Run, *, command: str, charts: tuple[str, str]) -> str:
         "",
         "## Workload",
         "",
-        "Defined in `bench/workload.py`, the same for both systems, on the same machine, "
-        "one system after the other.",
+        "Defined in `bench/workload.py` (REST cases) and `bench/grpc_bench.py` (gRPC cases), "
+        "the same for both systems, on the same machine, one system after the other.",
         "",
-        *_workload_lines(done.workload, fresh_server=done.fresh_server),
+        *(_workload_lines(done.workload, fresh_server=done.fresh_server) if done.rest else []),
+        *(grpc_bench.workload_lines(done.grpc_workload) if done.grpc_workload else []),
         "",
         "Each figure is the median of the runs, with [min-max]. `ratio` is lakepubsub ÷ NATS: "
         "for throughput below 1 means lakepubsub is slower; for latency, time, CPU and memory "
@@ -632,18 +818,42 @@ def report(done: Run, *, command: str, charts: tuple[str, str]) -> str:
         "of the server process (uvicorn; nats-server) and of all client processes; peak RSS is "
         "the server's.",
         "",
-        "## Targets",
-        "",
-        targets_table(done.results, done.workload),
-        "",
+    ]
+    if done.rest:
+        sections += ["## Targets", "", targets_table(done.results, done.workload), ""]
+    sections += [
         "## Side by side",
         "",
         side_by_side_table(done.results),
         "",
-        f"![throughput]({charts[0]})",
-        "",
-        f"![latency]({charts[1]})",
-        "",
+        *([f"![throughput]({charts[0]})", ""] if charts[0] else []),
+        *([f"![latency]({charts[1]})", ""] if charts[1] else []),
+    ]
+    if done.grpc_workload is not None:
+        sections += [
+            "## gRPC: Google's Go client vs the NATS Go client",
+            "",
+            "lakepubsub through Google's unmodified Pub/Sub Go client over gRPC "
+            "(`lakepubsub serve`, one process), NATS JetStream through the official NATS Go "
+            "client; both driven by `bench/loadgen`, so neither client is the slow part "
+            "(`bench/grpc_bench.py` says how each case maps onto each system). The drain "
+            "receives through StreamingPull on one side and a push consumer on the other. "
+            "`lakepubsub REST` is the closest REST case of the same run (Python clients), "
+            "where it ran.",
+            "",
+            grpc_table(done.results, done.failures, done.workload, done.grpc_workload),
+            "",
+        ]
+    if done.failures:
+        sections += [
+            "## Failed cases",
+            "",
+            "These runs failed; the other cases ran and are reported above.",
+            "",
+            grpc_bench.failures_table(done.failures),
+            "",
+        ]
+    sections += [
         "## Delta commits per million messages (lakepubsub, local lake)",
         "",
         storage_table(done.results, lps.SYSTEM),
@@ -676,7 +886,8 @@ def report(done: Run, *, command: str, charts: tuple[str, str]) -> str:
         "make install",
         "python -m bench            # this report: bench/results/report.md and *.png",
         "python -m bench --s3       # also lakepubsub on a moto S3 server",
-        "python -m bench --quick    # CI: tiny sizes, one run, about a minute",
+        "python -m bench --quick    # CI: tiny sizes, one run, a few minutes",
+        "python -m bench --only grpc --runs 1   # just the gRPC cases and their NATS peers",
         "```",
         "",
     ]
@@ -707,19 +918,41 @@ def update_readme(readme: Path, done: Run, report_name: str) -> None:
     readme.write_text(text[:start] + body + text[end:])
 
 
+def _chart(draw: Callable[[Path], None], out: Path, name: str | None) -> str | None:
+    """Draw one chart; a run with nothing to draw (every case failed) has none."""
+    if name is None:
+        return None
+    try:
+        draw(out / name)
+    except (ValueError, ZeroDivisionError, KeyError) as exc:
+        print(f"no {name}: {exc!r}", file=sys.stderr)
+        return None
+    return name
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
-        description="The side-by-side benchmark: lakepubsub over REST and NATS JetStream.",
+        description="The side-by-side benchmark: lakepubsub over REST and gRPC, and NATS "
+        "JetStream.",
     )
-    parser.add_argument("--quick", action="store_true", help="CI sizes, one run, about a minute")
+    parser.add_argument("--quick", action="store_true", help="CI sizes, one run, a few minutes")
     parser.add_argument("--s3", action="store_true", help="also run lakepubsub on moto S3")
     parser.add_argument("--runs", type=int, default=None, help="runs of every case")
     parser.add_argument("--out", type=Path, default=RESULTS, help="report directory")
+    parser.add_argument(
+        "--only",
+        choices=("rest", "grpc"),
+        default=None,
+        help="only the REST cases, or only the gRPC cases (each with its NATS peers)",
+    )
     args = parser.parse_args(argv)
     workload = ci_workload() if args.quick else w.full()
+    grpc_workload = grpc_bench.quick() if args.quick else grpc_bench.full()
     if args.runs is not None:
         workload = dataclasses.replace(workload, runs=args.runs)
+        grpc_workload = dataclasses.replace(grpc_workload, runs=args.runs)
+    rest = args.only != "grpc"
     s3_workload = scaled(workload, S3_FRACTION) if args.s3 and not args.quick else None
     if args.s3 and args.quick:
         s3_workload = workload
@@ -728,19 +961,40 @@ def main(argv: Sequence[str] | None = None) -> None:
     def progress(line: str) -> None:
         print(f"[{time.monotonic() - started:7.1f} s] {line}", file=sys.stderr, flush=True)
 
-    done = run(workload, s3_workload=s3_workload, fresh_server=not args.quick, progress=progress)
-    suffix = "-quick" if args.quick else ""
+    # A gRPC-only run has report-grpc.md of its own: it never replaces the full report.
+    suffix = ("-quick" if args.quick else "") + ("-grpc" if not rest else "")
     args.out.mkdir(parents=True, exist_ok=True)
-    charts = (f"throughput{suffix}.png", f"latency{suffix}.png")
-    throughput_chart(done.results, args.out / charts[0])
-    latency_chart(done, args.out / charts[1])
+    charts: tuple[str | None, str | None] = (
+        f"throughput{suffix}.png",
+        f"latency{suffix}.png" if rest else None,
+    )
     command = " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])])
     report_path = args.out / f"report{suffix}.md"
+
+    def checkpoint(so_far: Run) -> None:
+        report_path.write_text(report(so_far, command=command, charts=charts))
+
+    done = run(
+        workload,
+        s3_workload=s3_workload if rest else None,
+        fresh_server=not args.quick,
+        progress=progress,
+        grpc_workload=grpc_workload if args.only != "rest" else None,
+        rest=rest,
+        checkpoint=checkpoint,
+    )
+    charts = (
+        _chart(lambda path: throughput_chart(done.results, path), args.out, charts[0]),
+        _chart(lambda path: latency_chart(done, path), args.out, charts[1]),
+    )
     report_path.write_text(report(done, command=command, charts=charts))
-    if not args.quick and args.out == RESULTS:
+    if not args.quick and args.out == RESULTS and rest:
         update_readme(README, done, report_path.name)
     print(side_by_side_table(done.results))
     print(f"\nwrote {report_path}", file=sys.stderr)
+    if done.failures:
+        print(f"\n{len(done.failures)} failed:\n{grpc_bench.failures_table(done.failures)}")
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -222,9 +222,13 @@ class LakePubSubServer:
     stops the servers and removes the directory (server and moto logs too).
     """
 
-    def __init__(self, *, s3: bool = False, pull_wait_s: float = PULL_WAIT_S) -> None:
+    def __init__(
+        self, *, s3: bool = False, pull_wait_s: float = PULL_WAIT_S, grpc: bool = False
+    ) -> None:
         self.s3 = s3
         self._pull_wait_s = pull_wait_s
+        # ``lakepubsub serve`` (REST and gRPC on one port) instead of plain uvicorn.
+        self.grpc = grpc
         self.system = SYSTEM_S3 if s3 else SYSTEM
         self.directory: Path | None = None
         self.moto: MotoS3 | None = None
@@ -255,12 +259,18 @@ class LakePubSubServer:
         env.update(self.storage_options)
         env.update(LAKEPUBSUB_LAKE=self.lake, LAKEPUBSUB_PULL_WAIT_S=str(self._pull_wait_s))
         log_path = directory / "server.log"
+        command = [
+            sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory",
+            "--host", "127.0.0.1", "--port", "0", "--no-access-log", "--log-level", "info",
+        ]  # fmt: skip
+        if self.grpc:
+            command = [
+                sys.executable, "-c", "from lakepubsub.cli import main; main()",
+                "--lake", self.lake, "serve", "--host", "127.0.0.1", "--port", "0",
+            ]  # fmt: skip
         with log_path.open("wb") as log:
             self._process = subprocess.Popen(
-                [
-                    sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory",
-                    "--host", "127.0.0.1", "--port", "0", "--no-access-log", "--log-level", "info",
-                ],
+                command,
                 cwd=REPO,
                 env=env,
                 stdout=log,
@@ -285,6 +295,11 @@ class LakePubSubServer:
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
             self.directory = None
+
+    @property
+    def emulator_host(self) -> str:
+        """``PUBSUB_EMULATOR_HOST`` for Google's clients (gRPC; ``grpc=True`` servers only)."""
+        return self.url.removeprefix("http://")
 
     def counters(self) -> _Counters:
         """This server's Delta commit and conflict counters (all tables), and moto's log offset."""

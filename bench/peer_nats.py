@@ -455,12 +455,12 @@ async def _stream_messages(url: str) -> int:
         return info.state.messages
 
 
-async def _check_all_acked(url: str, total: int) -> None:
+async def _check_all_acked(url: str, total: int, *, durable: str = DURABLE) -> None:
     """Wait until the consumer shows ``total`` messages acked, none pending or redelivered."""
     async with _connect(url) as (_, js):
         deadline = time.monotonic() + ACKS_SETTLE_TIMEOUT_S
         while True:
-            info = await js.consumer_info(STREAM, DURABLE)
+            info = await js.consumer_info(STREAM, durable)
             floor = info.ack_floor.stream_seq if info.ack_floor else 0
             if floor == total and not info.num_ack_pending and not info.num_pending:
                 break
