@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install run test lint fmt bench bench-quick chaos chaos-quick deploy-check clean
+.PHONY: install run test lint fmt spark-jars bench bench-quick chaos chaos-quick deploy-check clean
 
 install: $(STAMP)
 
@@ -29,8 +29,13 @@ fmt: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-test: lint
+test: lint spark-jars
 	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+# delta-spark and hadoop-aws for Spark: fetched by Ivy once per machine, then
+# named by file (docs/spark.md); a no-op when they are cached.
+spark-jars: install
+	$(BIN)/python -m lakepubsub.spark.jars
 
 # The side-by-side benchmark (lakepubsub over REST vs NATS JetStream) and the
 # library-level one; bench/README.md documents both.

@@ -181,15 +181,13 @@ def run(ctx: JobContext, options: BatchOptions, transform: Transform | None = No
 def _messages_frame(
     ctx: JobContext, messages: MessagesTable, start: int, end: int, filter_text: str
 ) -> DataFrame:
+    from pyspark.sql import functions as sf
+
     from lakepubsub.spark import read_table
 
     frame = read_table(
-        ctx.spark,
-        messages.uri,
-        version=messages.version,
-        storage_options=ctx.lake.storage_options,
-        filters=[("offset", ">=", start), ("offset", "<", end)],
-    )
+        ctx.spark, messages.uri, version=messages.version, storage_options=ctx.lake.storage_options
+    ).where((sf.col("offset") >= start) & (sf.col("offset") < end))
     if not filter_text:
         return frame
     return frame.where(_filter_udf(filter_text)("attributes"))

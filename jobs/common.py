@@ -124,6 +124,7 @@ def spark_session(master: str | None = None) -> SparkSession:
     if master is None and _SUBMIT_GATEWAY in os.environ:
         # Launched by spark-submit: keep its master and resources, add our settings.
         builder = SparkSession.builder.appName("lakepubsub-jobs")
+        # Its --packages or --jars must bring delta-spark (and hadoop-aws for s3a).
         for key, value in SESSION_CONF.items():
             builder = builder.config(key, value)
         spark = builder.getOrCreate()

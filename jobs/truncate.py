@@ -212,13 +212,13 @@ def measure(
     spark = ctx.spark
     now_us = ctx.now_us()
     low = min(states[s.uid].floor() for s in subs)
-    frame = read_table(
-        spark,
-        messages.uri,
-        version=messages.version,
-        storage_options=ctx.lake.storage_options,
-        filters=[("offset", ">=", low), ("offset", "<", head)],
-    ).select("offset", "publish_time", "size")
+    frame = (
+        read_table(
+            spark, messages.uri, version=messages.version, storage_options=ctx.lake.storage_options
+        )
+        .where((sf.col("offset") >= low) & (sf.col("offset") < head))
+        .select("offset", "publish_time", "size")
+    )
     policies = spark.createDataFrame(
         [_policy_row(s, states[s.uid], now_us) for s in subs],
         "sub string, frontier long, max_bytes long, cutoff_us long",

@@ -1,22 +1,22 @@
-"""Delta tables from Spark through delta-rs: the ``lakedelta`` data source and helpers.
+"""Spark over the lake: delta-spark reads, and the ``lakedelta`` writer for job outputs.
 
-``local_session`` builds a configured SparkSession, ``read_table`` reads a pinned
-table version by the fastest exact path, ``create_view`` exposes one to Spark
-SQL, and ``df.write.format("lakedelta")`` appends or overwrites with one
-delta-rs commit. See ``datasource`` for the options and ``tables`` for how a
-read path is chosen.
+``local_session`` builds a SparkSession with delta-spark and hadoop-aws
+(``jars``), ``read_table`` reads a table (or an older version of it) with
+``format("delta")``, ``create_view`` exposes one to Spark SQL, ``views.register``
+makes the lake's views, and ``df.write.format("lakedelta")`` appends with one
+delta-rs commit (``datasource``).
 """
 
 from lakepubsub.spark.datasource import SOURCE_NAME, DeltaDataSource
-from lakepubsub.spark.session import create_view, local_session, register_source
-from lakepubsub.spark.tables import ReadMode, read_table
+from lakepubsub.spark.session import local_session, register_source
+from lakepubsub.spark.tables import create_view, read_table, spark_path
 
 __all__ = [
     "SOURCE_NAME",
     "DeltaDataSource",
-    "ReadMode",
     "create_view",
     "local_session",
     "read_table",
     "register_source",
+    "spark_path",
 ]

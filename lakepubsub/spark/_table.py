@@ -1,13 +1,12 @@
-"""Driver-side delta-rs access: open a table at a pinned version and describe it for Spark."""
+"""Driver-side delta-rs access for the ``lakedelta`` writer: open the target, describe it."""
 
 from __future__ import annotations
 
 import json
-from datetime import datetime
 
 import pyarrow as pa
 from deltalake import DeltaTable
-from deltalake.exceptions import DeltaError, TableNotFoundError
+from deltalake.exceptions import TableNotFoundError
 from pyspark.sql.types import StructType
 
 from lakepubsub import errors
@@ -16,29 +15,13 @@ from lakepubsub._lake.storage import open_delta
 _COLUMN_MAPPING_MODE = "delta.columnMapping.mode"
 
 
-def open_table(
-    path: str,
-    storage_options: dict[str, str] | None,
-    *,
-    version: int | None = None,
-    timestamp: datetime | None = None,
-) -> DeltaTable:
-    """The table at ``version``, at the last version committed by ``timestamp``, or the latest.
-
-    Raises ``NotFound`` when there is no table (or no such version) and
-    ``FailedPrecondition`` when the table uses a feature this source cannot read.
-    """
+def open_table(path: str, storage_options: dict[str, str] | None) -> DeltaTable:
+    """The latest version; ``NotFound`` when there is no table, ``FailedPrecondition``
+    when it uses a feature the writer cannot write."""
     try:
-        table = open_delta(path, version=version, storage_options=storage_options)
-        if timestamp is not None:
-            table.load_as_version(timestamp)
+        table = open_delta(path, storage_options=storage_options)
     except TableNotFoundError as exc:
         raise errors.NotFound(f"no Delta table at {path}") from exc
-    except DeltaError as exc:
-        if version is not None or timestamp is not None:
-            when = f"version {version}" if version is not None else f"time {timestamp}"
-            raise errors.NotFound(f"{path}: cannot load {when}: {exc}") from exc
-        raise
     check_readable(table)
     return table
 

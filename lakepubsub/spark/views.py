@@ -52,7 +52,7 @@ from lakepubsub.engine import Engine
 from lakepubsub.leases import LEASED, WAITING, LeaseState
 from lakepubsub.settings import Settings
 from lakepubsub.spark.session import register_source
-from lakepubsub.spark.tables import read_table
+from lakepubsub.spark.tables import pinned_version, read_table, spark_path
 from lakepubsub.subscriptions import Subscription
 from lakepubsub.topics import Topic
 
@@ -68,6 +68,9 @@ UID_CHARS = 8
 _REGISTERED_VIEWS = "lakepubsub.spark.views"
 _NOT_IDENTIFIER = re.compile(r"[^A-Za-z0-9_]")
 _LEASE_STATES = {LEASED: "leased", WAITING: "waiting"}
+# delta-spark's error classes for a time after the newest commit, and before the oldest kept.
+_AFTER_NEWEST = "DELTA_TIMESTAMP_GREATER_THAN_COMMIT"
+_BEFORE_OLDEST = "DELTA_TIMESTAMP_EARLIER_THAN_COMMIT_RETENTION"
 
 
 @dataclass(frozen=True)
@@ -183,29 +186,55 @@ def _topic_frame(
     version: int | None,
     timestamp: datetime | str | None,
 ) -> tuple[DataFrame, DeltaTable] | None:
-    """The topic's messages at the pinned version, and that table version; None if unreadable."""
+    """The topic's messages at the pinned version (delta-spark), and that version (delta-rs).
+
+    ``None`` when the table is gone. A version or time the table's log no longer
+    reaches raises ``NotFound`` naming the oldest one it does.
+    """
     uri = engine.lake.messages_uri(topic.uid)
+    storage = engine.lake.storage_options
     try:
-        table = engine.lake.open(uri, version=version)
         if timestamp is not None and version is None:
-            table.load_as_version(_timestamp(timestamp))
-    except (errors.NotFound, errors.Unavailable) as exc:
-        log.warning("%s: no view: %s", topic.name.path, exc)
-        return None
-    except Exception as exc:  # delta-rs: no version at or before the time
-        log.warning("%s: no view as of %s: %s", topic.name.path, timestamp, exc)
-        return None
-    frame = read_table(
-        spark, uri, version=table.version(), storage_options=engine.lake.storage_options
-    )
+            frame = _as_of(spark, topic, uri, storage, timestamp)
+            version = pinned_version(frame)
+        if version is None:
+            version = engine.lake.open(uri).version()
+        table = engine.lake.open(uri, version=version)
+    except errors.NotFound as exc:
+        if not engine.lake.exists(uri):
+            log.warning("%s: no view: %s", topic.name.path, exc)
+            return None
+        raise
+    frame = read_table(spark, uri, version=version, storage_options=storage)
     return frame, table
 
 
-def _timestamp(value: datetime | str) -> datetime:
-    if isinstance(value, datetime):
-        return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-    parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+def _as_of(
+    spark: SparkSession,
+    topic: Topic,
+    uri: str,
+    storage: Mapping[str, str] | None,
+    timestamp: datetime | str,
+) -> DataFrame:
+    """The table as delta-spark reads it as of ``timestamp``.
+
+    After the newest commit: the newest version. Before the oldest commit the
+    log still holds: the empty first version if that is version 0 (the topic
+    did not exist yet), else ``NotFound`` naming the oldest reachable time.
+    """
+    try:
+        return read_table(spark, uri, timestamp=timestamp, storage_options=storage)
+    except errors.NotFound as exc:
+        if _AFTER_NEWEST in str(exc):
+            return read_table(spark, uri, storage_options=storage)
+        if _BEFORE_OLDEST not in str(exc):
+            raise
+        try:
+            return read_table(spark, uri, version=0, storage_options=storage)
+        except errors.NotFound:
+            raise errors.NotFound(
+                f"{topic.name.path}: cannot read as of {timestamp}: {exc}"
+            ) from exc
 
 
 def _backlog(spark: SparkSession, topic: DataFrame, state: LeaseState) -> DataFrame:
@@ -265,7 +294,7 @@ def _topic_row(engine: Engine, topic: Topic, view: str, table: DeltaTable) -> tu
         topic.name.id,
         topic.name.path,
         view,
-        engine.lake.messages_uri(topic.uid),
+        spark_path(engine.lake.messages_uri(topic.uid)),
         table.version(),
         oldest,
         head,

@@ -1,4 +1,4 @@
-"""Reading Delta tables through the ``lakedelta`` Python data source."""
+"""Reading Delta tables with delta-spark: ``read_table``, ``create_view``, plain Spark SQL."""
 
 from __future__ import annotations
 
@@ -14,18 +14,11 @@ from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import BinaryType, LongType, MapType, StringType, TimestampType
 
-from lakepubsub.spark import SOURCE_NAME
+from lakepubsub import errors
+from lakepubsub.spark import create_view, read_table, spark_path
+from lakepubsub.spark.tables import pinned_version
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-
-
-def load(spark: SparkSession, path: str, **options: str) -> DataFrame:
-    return spark.read.format(SOURCE_NAME).options(**options).load(path)
-
-
-def per_file(spark: SparkSession, path: str, **options: str) -> DataFrame:
-    """A relation planning one task per data file, so partitions count the files read."""
-    return load(spark, path, maxPartitionBytes="0", **options)
 
 
 def offsets(frame: DataFrame) -> list[int]:
@@ -36,8 +29,20 @@ def as_rows(table: pa.Table) -> list[dict[str, object]]:
     return sorted(table.to_pylist(), key=lambda r: json.dumps(r, default=str, sort_keys=True))
 
 
+def files_read(frame: DataFrame) -> int:
+    """Data files the scan of ``frame`` opened, from Spark's own scan metrics."""
+    frame.collect()
+    plan = frame._jdf.queryExecution().executedPlan()
+    nodes = plan.collectLeaves()
+    for i in range(nodes.size()):
+        metrics = nodes.apply(i).metrics()
+        if metrics.contains("numFiles"):
+            return int(metrics.apply("numFiles").value())
+    raise AssertionError("no file scan in the plan")
+
+
 def test_schema_maps_delta_types(spark: SparkSession, messages_table: MessagesFactory) -> None:
-    schema = load(spark, messages_table(files=1)).schema
+    schema = read_table(spark, messages_table(files=1)).schema
     types = {f.name: (f.dataType, f.nullable) for f in schema.fields}
     assert types == {
         "offset": (LongType(), False),
@@ -52,11 +57,8 @@ def test_schema_maps_delta_types(spark: SparkSession, messages_table: MessagesFa
 
 def test_rows_equal_delta_rs(spark: SparkSession, messages_table: MessagesFactory) -> None:
     path = messages_table()
-    frame = load(spark, path)
-    assert frame.rdd.getNumPartitions() == 1  # small files share a task
-    assert per_file(spark, path).rdd.getNumPartitions() == FILES
     expected = DeltaTable(path).to_pyarrow_table()
-    got = frame.toArrow().cast(expected.schema)
+    got = read_table(spark, path).toArrow().cast(expected.schema)
     assert as_rows(got) == as_rows(expected)
 
 
@@ -85,8 +87,19 @@ def test_nested_and_partitioned_tables(spark: SparkSession, tmp_path: Path) -> N
     )
     write_deltalake(path, rows, partition_by=["region", "shard"])
     expected = DeltaTable(path).to_pyarrow_table()
-    got = load(spark, path).toArrow().cast(expected.schema)
+    got = read_table(spark, path).toArrow().select(expected.schema.names).cast(expected.schema)
     assert as_rows(got) == as_rows(expected)
+
+
+def test_statistics_skip_files(spark: SparkSession, messages_table: MessagesFactory) -> None:
+    path = messages_table()
+    frame = read_table(spark, path)
+    assert files_read(frame) == FILES
+    assert files_read(frame.where("offset >= 85")) == 1
+    assert files_read(frame.where("publish_time < TIMESTAMP '2024-01-01 00:00:00.1'")) == 1
+    assert offsets(frame.where("offset >= 85 AND ordering_key IS NOT NULL")) == [
+        o for o in range(85, 100) if o % 2 == 0
+    ]
 
 
 def test_time_travel_by_version_and_timestamp(
@@ -95,131 +108,64 @@ def test_time_travel_by_version_and_timestamp(
     path = messages_table(files=2)
     time.sleep(0.2)  # keep version 2 well after version 1
     write_deltalake(path, message_rows(2 * ROWS_PER_FILE, ROWS_PER_FILE), mode="append")
-    history = {h["version"]: h["timestamp"] for h in DeltaTable(path).history()}
-    assert len(offsets(load(spark, path, versionAsOf="0"))) == ROWS_PER_FILE
-    assert len(offsets(load(spark, path, version="1"))) == 2 * ROWS_PER_FILE
-    # Exact milliseconds: a float division can land a microsecond before the commit.
-    at_v1 = (EPOCH + dt.timedelta(milliseconds=history[1])).isoformat()
-    assert len(offsets(load(spark, path, timestampAsOf=at_v1))) == 2 * ROWS_PER_FILE
-    assert len(offsets(load(spark, path))) == 3 * ROWS_PER_FILE
-
-
-def test_missing_version_is_an_error(spark: SparkSession, messages_table: MessagesFactory) -> None:
-    path = messages_table(files=1)
-    with pytest.raises(Exception, match="cannot load version 7"):
-        load(spark, path, versionAsOf="7").count()
-
-
-def test_dataframe_keeps_its_version(spark: SparkSession, messages_table: MessagesFactory) -> None:
-    path = messages_table(files=1)
-    frame = load(spark, path)
-    assert frame.count() == ROWS_PER_FILE
-    write_deltalake(path, message_rows(ROWS_PER_FILE, 5), mode="append")
-    assert frame.count() == ROWS_PER_FILE
-    assert load(spark, path).count() == ROWS_PER_FILE + 5
-
-
-def test_reused_dataframe_stays_exact(spark: SparkSession, messages_table: MessagesFactory) -> None:
-    # Spark 4.2.0 caches a pushdown's read plan on the relation; with pushdown
-    # off (the default) a filtered query cannot leak into the next one.
-    path = messages_table()
-    frame = load(spark, path)
-    assert frame.where("offset >= 90").count() == 10
-    assert frame.count() == FILES * ROWS_PER_FILE
-    frame.createOrReplaceTempView("reused")
-    assert spark.sql("SELECT * FROM reused WHERE offset < 5").count() == 5
-    assert spark.sql("SELECT * FROM reused").count() == FILES * ROWS_PER_FILE
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="Spark 4.2.0 keeps a pushdown's read plan on the relation and reuses it for the"
-    " next query that pushes nothing; pushFilters stays opt-in until this passes",
-)
-def test_pushdown_on_a_reused_dataframe(
-    spark: SparkSession, messages_table: MessagesFactory
-) -> None:
-    path = messages_table()
-    frame = load(spark, path, pushFilters="true")
-    assert frame.where("offset >= 90").count() == 10
-    assert frame.count() == FILES * ROWS_PER_FILE
-
-
-def test_filters_option_prunes_files_and_rows(
-    spark: SparkSession, messages_table: MessagesFactory
-) -> None:
-    path = messages_table()
-    triples = [["offset", ">=", 85], ["ordering_key", "is not null", None]]
-    frame = per_file(spark, path, filters=json.dumps(triples))
-    assert frame.rdd.getNumPartitions() == 1
-    assert offsets(frame) == [o for o in range(85, 100) if o % 2 == 0]
-    timed = [["publish_time", "<", "2024-01-01T00:00:00.205Z"]]
-    assert offsets(load(spark, path, filters=json.dumps(timed))) == list(range(21))
-
-
-def test_unknown_filter_column_is_refused(
-    spark: SparkSession, messages_table: MessagesFactory
-) -> None:
-    path = messages_table(files=1)
-    with pytest.raises(Exception, match="unknown column"):
-        load(spark, path, filters='[["nope", "=", 1]]').count()
-
-
-CONDITIONS = [
-    "offset = 42",
-    "offset > 85",
-    "offset >= 20 AND offset < 40",
-    "offset IN (1, 50, 99)",
-    "NOT (offset IN (1, 50, 99)) AND offset < 10",
-    "ordering_key IS NULL",
-    "ordering_key = 'key2'",
-    "NOT (ordering_key = 'key2')",
-    "ordering_key <=> 'key2'",
-    "NOT (ordering_key <=> 'key2')",
-    "message_id LIKE 'm00009%'",
-    "message_id LIKE '%5'",
-    "message_id LIKE '%001%'",
-    "message_id > 'm000090'",
-    "publish_time > TIMESTAMP '2024-01-01 00:00:00.5'",
-    "publish_time <= TIMESTAMP '2024-01-01 00:00:00.100007'",
-    "data IS NULL",
-    "attributes IS NOT NULL AND attributes['k'] = 'v1'",
-    "size + 0 = 17 AND offset < 30",
-]
-
-
-@pytest.mark.parametrize("condition", CONDITIONS)
-def test_pushed_filters_match_spark(
-    spark: SparkSession, messages_table: MessagesFactory, condition: str
-) -> None:
-    path = messages_table()
-    expected = spark.createDataFrame(DeltaTable(path).to_pyarrow_table()).where(condition)
-    # A fresh relation per query: see test_reused_dataframe_stays_exact.
-    pushed = load(spark, path, pushFilters="true").where(condition)
-    assert offsets(pushed) == offsets(expected)
-
-
-def test_pushed_filters_prune_files(spark: SparkSession, messages_table: MessagesFactory) -> None:
-    path = messages_table()
-    selective = per_file(spark, path, pushFilters="true").where("offset > 85")
-    assert selective.rdd.getNumPartitions() == 1
-    on_time = per_file(spark, path, pushFilters="true").where(
-        "publish_time < TIMESTAMP '2024-01-01 00:00:00.1'"
+    assert len(offsets(read_table(spark, path, version=0))) == ROWS_PER_FILE
+    at_v1 = dt.datetime.fromtimestamp(
+        (Path(path) / "_delta_log" / f"{1:020d}.json").stat().st_mtime, dt.UTC
     )
-    assert on_time.rdd.getNumPartitions() == 1
-    assert per_file(spark, path, pushFilters="true").rdd.getNumPartitions() == FILES
+    travelled = read_table(spark, path, timestamp=at_v1)
+    assert pinned_version(travelled) == 1
+    assert len(offsets(travelled)) == 2 * ROWS_PER_FILE
+    assert len(offsets(read_table(spark, path))) == 3 * ROWS_PER_FILE
+    located = spark_path(path)
+    sql = spark.sql(f"SELECT count(*) AS n FROM delta.`{located}` VERSION AS OF 1").first()
+    assert sql is not None and sql["n"] == 2 * ROWS_PER_FILE
+    stamp = at_v1.strftime("%Y-%m-%d %H:%M:%S.%f")
+    sql = spark.sql(
+        f"SELECT count(*) AS n FROM delta.`{located}` TIMESTAMP AS OF '{stamp}'"
+    ).first()
+    assert sql is not None and sql["n"] == 2 * ROWS_PER_FILE
 
 
-def test_pushed_filters_on_partition_columns(spark: SparkSession, tmp_path: Path) -> None:
-    path = str(tmp_path / "parts")
-    rows = pa.table({"n": list(range(12)), "p": [f"p{i % 3}" for i in range(12)]})
-    write_deltalake(path, rows, partition_by=["p"])
-    frame = per_file(spark, path, pushFilters="true").where("p = 'p1' AND n > 3")
-    assert frame.rdd.getNumPartitions() == 1
-    assert sorted(r["n"] for r in frame.collect()) == [4, 7, 10]
+def test_missing_versions_and_tables_fail_in_one_line(
+    spark: SparkSession, messages_table: MessagesFactory, tmp_path: Path
+) -> None:
+    path = messages_table(files=1)
+    with pytest.raises(errors.NotFound, match="version 7") as missing:
+        read_table(spark, path, version=7)
+    assert "\n" not in str(missing.value)
+    with pytest.raises(errors.NotFound, match="before the earliest version"):
+        read_table(spark, path, timestamp="2000-01-01T00:00:00Z")
+    with pytest.raises(errors.NotFound) as no_table:
+        read_table(spark, str(tmp_path / "nothing"))
+    assert "\n" not in str(no_table.value)
+
+
+def test_a_pinned_version_stays(spark: SparkSession, messages_table: MessagesFactory) -> None:
+    path = messages_table(files=1)
+    pinned = read_table(spark, path, version=0)
+    write_deltalake(path, message_rows(ROWS_PER_FILE, 5), mode="append")
+    assert pinned.count() == ROWS_PER_FILE
+    assert read_table(spark, path).count() == ROWS_PER_FILE + 5
+
+
+def test_views_history_and_detail_in_sql(
+    spark: SparkSession, messages_table: MessagesFactory
+) -> None:
+    path = messages_table(files=3)
+    create_view(spark, "messages_v1", path, version=1)
+    create_view(spark, "messages_now", path)
+    counts = spark.sql(
+        "SELECT (SELECT count(*) FROM messages_v1) AS v1,"
+        " (SELECT count(*) FROM messages_now) AS now"
+    ).first()
+    assert counts is not None and (counts["v1"], counts["now"]) == (40, 60)
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{spark_path(path)}`").collect()
+    assert sorted(r["version"] for r in history) == [0, 1, 2]
+    detail = spark.sql(f"DESCRIBE DETAIL delta.`{spark_path(path)}`").first()
+    assert detail is not None and (detail["format"], detail["numFiles"]) == ("delta", 3)
 
 
 def test_empty_table_reads_no_rows(spark: SparkSession, tmp_path: Path) -> None:
     path = str(tmp_path / "empty")
     DeltaTable.create(path, message_rows(0, 0).schema)
-    assert load(spark, path).count() == 0
+    assert read_table(spark, path).count() == 0

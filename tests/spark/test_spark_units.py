@@ -1,29 +1,18 @@
-"""The data source's pure parts: options, statistics, file pruning, partition directories."""
+"""The pure parts: writer options, statistics, partition directories, jars, s3a settings."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from pyspark.sql.datasource import (
-    EqualNullSafe,
-    EqualTo,
-    Filter,
-    GreaterThan,
-    In,
-    IsNotNull,
-    IsNull,
-    LessThan,
-    Not,
-    StringContains,
-    StringStartsWith,
-)
 
 from lakepubsub import errors
-from lakepubsub.spark import _commit, _filters, _scan, _stats
+from lakepubsub.spark import _commit, _stats, jars
 from lakepubsub.spark._options import SourceOptions
+from lakepubsub.spark.tables import first_line, s3a_conf, spark_path, timestamp_text
 
 UTC = dt.UTC
 
@@ -32,7 +21,6 @@ def test_options_parse_and_split_storage_options() -> None:
     options = SourceOptions.parse(
         {
             "path": "file:///tmp/t/",
-            "versionasof": "3",
             "aws_endpoint_url": "http://127.0.0.1:9000",
             "AWS_REGION": "us-east-1",
             "txnAppId": "job",
@@ -41,28 +29,23 @@ def test_options_parse_and_split_storage_options() -> None:
         }
     )
     assert options.path == "/tmp/t"
-    assert options.version == 3
     assert options.storage_options == {
         "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
         "AWS_REGION": "us-east-1",
     }
     assert (options.txn_app_id, options.txn_version) == ("job", 7)
     assert options.partition_by == ("a", "b")
-    assert not options.push_filters
-    when = SourceOptions.parse({"path": "s3://b/t", "timestampAsOf": "2024-01-02 03:04:05"})
-    assert when.timestamp == dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)
-    assert when.path == "s3://b/t" and not when.is_local
+    remote = SourceOptions.parse({"path": "s3://b/t/"})
+    assert remote.path == "s3://b/t" and not remote.is_local
 
 
 @pytest.mark.parametrize(
     ("options", "message"),
     [
         ({}, "'path' option is required"),
-        ({"path": "/t", "versionAsOf": "x"}, "must be an integer"),
-        ({"path": "/t", "versionAsOf": "1", "timestampAsOf": "2024-01-01"}, "not both"),
+        ({"path": "/t", "txnAppId": "a", "txnVersion": "x"}, "must be an integer"),
+        ({"path": "/t", "txnAppId": "a", "txnVersion": "-1"}, "must not be negative"),
         ({"path": "/t", "txnAppId": "a"}, "go together"),
-        ({"path": "/t", "timestampAsOf": "yesterday"}, "bad timestampAsOf"),
-        ({"path": "/t", "filters": "[1]"}, "JSON list"),
     ],
 )
 def test_bad_options(options: dict[str, str], message: str) -> None:
@@ -125,63 +108,6 @@ def test_long_string_maximum_keeps_an_upper_bound() -> None:
     assert len(bound) == _stats.STRING_PREFIX_CHARS + 1 and bound > long
 
 
-def file(
-    low: object, high: object, nulls: int | None = 0, rows: int | None = 10
-) -> _filters.ColumnStats:
-    return _filters.ColumnStats(low, high, nulls, rows)
-
-
-T = dt.datetime(2024, 1, 1, 0, 0, 1, 234_000, tzinfo=UTC)
-
-
-@pytest.mark.parametrize(
-    ("flt", "stats", "may"),
-    [
-        (EqualTo(("n",), 5), file(1, 4), False),
-        (EqualTo(("n",), 4), file(1, 4), True),
-        (GreaterThan(("n",), 4), file(1, 4), False),
-        (LessThan(("n",), 1), file(1, 4), False),
-        (In(("n",), (0, 9)), file(1, 4), False),
-        (In(("n",), (0, 3)), file(1, 4), True),
-        (IsNull(("n",)), file(1, 4, nulls=0), False),
-        (IsNull(("n",)), file(1, 4, nulls=None), True),
-        (IsNotNull(("n",)), file(None, None, nulls=10), False),
-        (EqualTo(("n",), 1), file(None, None, nulls=10), False),
-        (Not(EqualTo(("n",), 1)), file(None, None, nulls=10), False),
-        (Not(EqualNullSafe(("n",), 1)), file(None, None, nulls=10), True),
-        (Not(IsNull(("n",))), file(None, None, nulls=10), False),
-        (EqualTo(("n",), 1), file(None, None, nulls=None, rows=None), True),
-        (StringStartsWith(("s",), "m01"), file("m02", "m09"), False),
-        (StringStartsWith(("s",), "m0"), file("m02", "m09"), True),
-        (StringContains(("s",), "zz"), file("a", "b"), True),
-        # Timestamp maxima are truncated to milliseconds: 1.2345 s may be in the file.
-        (GreaterThan(("t",), T + dt.timedelta(microseconds=500)), file(T, T), True),
-        (GreaterThan(("t",), T + dt.timedelta(milliseconds=2)), file(T, T), False),
-        (EqualTo(("n",), "text"), file(1, 4), True),  # incomparable stats prune nothing
-    ],
-)
-def test_may_match(flt: Filter, stats: _filters.ColumnStats, may: bool) -> None:
-    assert _filters.may_match(flt, stats) is may
-
-
-@pytest.mark.parametrize(
-    ("flt", "kind"),
-    [
-        (GreaterThan(("f",), 1.0), pa.float64()),  # NaN ordering differs from Spark's
-        (GreaterThan(("b",), True), pa.bool_()),
-        (EqualTo(("n",), "1"), pa.int64()),
-        (EqualTo(("n",), 2**70), pa.int64()),
-        (EqualTo(("a", "b"), 1), pa.int64()),
-        (StringStartsWith(("n",), "1"), pa.int64()),
-        (In(("n",), (1, None)), pa.int64()),
-        (GreaterThan(("t",), dt.datetime(2024, 1, 1)), pa.timestamp("us", tz="UTC")),
-    ],
-)
-def test_filters_left_to_spark(flt: Filter, kind: pa.DataType) -> None:
-    with pytest.raises(_filters.UnsupportedFilter):
-        _filters.to_expression(flt, kind)
-
-
 def test_partition_directories_escape_like_hive() -> None:
     values = {"p": "a b/c=d%", "q": None, "r": "ünï"}
     assert (
@@ -193,24 +119,66 @@ def test_partition_directories_escape_like_hive() -> None:
     assert _commit.partition_string(dt.date(2024, 2, 3)) == "2024-02-03"
 
 
-def test_pack_groups_small_files_like_spark() -> None:
-    mib = 1024 * 1024
-    sizes = [10, 60, 1, 60, 10]
-    files = [_scan.DataFile(f"f{i}", size * mib, None, ()) for i, size in enumerate(sizes)]
+def test_jar_coordinates_follow_pyspark() -> None:
+    delta, aws = jars.packages()
+    assert delta == f"io.delta:delta-spark_{jars.spark_minor()}_2.13:{jars.DELTA_VERSION}"
+    # hadoop-aws must match the Hadoop jars pyspark ships, byte for byte.
+    assert aws == f"org.apache.hadoop:hadoop-aws:{jars.hadoop_version()}"
+    assert jars.spark_minor() == "4.2" and jars.hadoop_version() == "3.5.0"
 
-    def paths(groups: list[tuple[_scan.DataFile, ...]]) -> list[list[str]]:
-        return [[f.path for f in g] for g in groups]
 
-    # Largest first; each file also costs 4 MiB to open.
-    assert paths(_scan.pack(files, max_bytes=128 * mib, min_partitions=1)) == [
-        ["f1", "f3"],
-        ["f0", "f4", "f2"],
-    ]
-    # Smaller groups when there are more cores than groups: 161 MiB / 4 cores.
-    assert paths(_scan.pack(files, max_bytes=128 * mib, min_partitions=4)) == [
-        ["f1"],
-        ["f3"],
-        ["f0", "f4", "f2"],
-    ]
-    assert len(_scan.pack(files, max_bytes=0, min_partitions=1)) == 5
-    assert _scan.pack([], max_bytes=128 * mib, min_partitions=2) == []
+def test_jars_are_named_by_file_once_resolved(tmp_path: Path) -> None:
+    assert jars.jar_conf(tmp_path)["spark.jars.packages"] == ",".join(jars.packages())
+    files = []
+    for coordinate in (*jars.packages(), "com.example:extra:1"):
+        group, artifact, version = coordinate.split(":")
+        jar = tmp_path / f"{group}_{artifact}-{version}.jar"
+        jar.write_bytes(b"")
+        files.append(jar)
+    jars.remember({"spark.jars": ",".join(f"file://{f}" for f in files[:1])}, tmp_path)
+    assert "spark.jars.packages" in jars.jar_conf(tmp_path)  # hadoop-aws missing: not kept
+    jars.remember({"spark.jars": ",".join(f"file://{f}" for f in files)}, tmp_path)
+    assert jars.jar_conf(tmp_path) == {"spark.jars": ",".join(str(f) for f in files)}
+    files[2].unlink()  # a jar gone from the cache: resolve again
+    assert "spark.jars.packages" in jars.jar_conf(tmp_path)
+
+
+def test_lake_uris_become_spark_paths() -> None:
+    assert (
+        spark_path("s3://bucket/lake/topics/t/messages/") == "s3a://bucket/lake/topics/t/messages"
+    )
+    assert spark_path("/tmp/lake/catalog") == "file:///tmp/lake/catalog"
+    assert spark_path("file:///tmp/lake/x") == "file:///tmp/lake/x"
+
+
+def test_storage_options_become_s3a_settings() -> None:
+    moto = {
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:5000",
+        "AWS_ACCESS_KEY_ID": "k",
+        "AWS_SECRET_ACCESS_KEY": "s",
+        "AWS_REGION": "eu-west-1",
+        "AWS_ALLOW_HTTP": "true",
+    }
+    assert s3a_conf(moto, "lake") == {
+        "fs.s3a.bucket.lake.endpoint": "http://127.0.0.1:5000",
+        "fs.s3a.bucket.lake.access.key": "k",
+        "fs.s3a.bucket.lake.secret.key": "s",
+        "fs.s3a.bucket.lake.endpoint.region": "eu-west-1",
+        "fs.s3a.bucket.lake.path.style.access": "true",
+        "fs.s3a.bucket.lake.connection.ssl.enabled": "false",
+        "fs.s3a.bucket.lake.aws.credentials.provider": (
+            "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+        ),
+    }
+    session = s3a_conf({"AWS_ACCESS_KEY_ID": "k", "AWS_SESSION_TOKEN": "t"})
+    assert session["fs.s3a.aws.credentials.provider"].endswith("TemporaryAWSCredentialsProvider")
+    assert s3a_conf({}) == {}  # AWS's default chain: instance roles, profiles
+
+
+def test_times_and_errors_for_spark() -> None:
+    assert timestamp_text("2024-05-01T10:00:00+02:00") == "2024-05-01 08:00:00.000000"
+    assert timestamp_text("2024-05-01T10:00:00") == "2024-05-01 10:00:00.000000"
+    with pytest.raises(errors.InvalidArgument, match="ISO 8601"):
+        timestamp_text("yesterday")
+    spark_error = ValueError("[X] first\nsecond line\n\nJVM stacktrace:\n  at a.b")
+    assert first_line(spark_error) == "[X] first second line"

@@ -145,7 +145,7 @@ def _task_output(
 def test_commit_checks_partition_values(spark: SparkSession, tmp_path: Path) -> None:
     path = str(tmp_path / "checked")
     write_deltalake(path, pa.table({"n": [1], "p": ["x"]}), partition_by=["p"])
-    schema = spark.read.format(SOURCE_NAME).load(path).schema
+    schema = spark.read.format("delta").load(path).schema
     writer, message = _task_output(path, schema, pa.table({"n": [2, 3], "p": ["y", "z"]}))
     wrong_key = DeltaCommitMessage(
         tuple(dataclasses.replace(f, partition_values={"q": "y"}) for f in message.files)
@@ -165,7 +165,7 @@ def test_commit_checks_partition_values(spark: SparkSession, tmp_path: Path) -> 
 def test_commit_checks_partition_value_types(spark: SparkSession, tmp_path: Path) -> None:
     path = str(tmp_path / "typed")
     write_deltalake(path, pa.table({"n": [1], "q": pa.array([1], pa.int32())}), partition_by=["q"])
-    schema = spark.read.format(SOURCE_NAME).load(path).schema
+    schema = spark.read.format("delta").load(path).schema
     writer, message = _task_output(
         path, schema, pa.table({"n": [2], "q": pa.array([2], pa.int32())})
     )
@@ -219,7 +219,7 @@ def test_user_metadata_lands_in_commit_info(
 
 def test_empty_overwrite_truncates(spark: SparkSession, messages_table: MessagesFactory) -> None:
     path = messages_table(files=2)
-    empty = spark.createDataFrame([], spark.read.format(SOURCE_NAME).load(path).schema)
+    empty = spark.createDataFrame([], spark.read.format("delta").load(path).schema)
     empty.write.format(SOURCE_NAME).mode("overwrite").save(path)
     assert DeltaTable(path).to_pyarrow_table().num_rows == 0
     assert json.loads(json.dumps(DeltaTable(path).history(1)[0]["operation"])) == "WRITE"
