@@ -284,8 +284,9 @@ async def acknowledge(door: GrpcDoor, request: Any, call: Call) -> Message:
     await call.check("acknowledge", _sub_params(name))
     ack_ids = list(request.ack_ids)
     future = door.engine.acknowledge_future(name, ack_ids)
-    failures = await asyncio.wrap_future(future)
+    # The room frees now, so a stream's next pull can join the ack's commit.
     door.streams.settled(ack_ids)
+    failures = await asyncio.wrap_future(future)
     error = convert.ack_failures_error(failures)
     if error is not None:
         raise error

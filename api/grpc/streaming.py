@@ -138,6 +138,9 @@ class Stream:
         await self._client_request(first)
         reader = asyncio.create_task(self._read(requests))
         closing = asyncio.create_task(self.door.closing.wait())  # type: ignore[union-attr]
+        # Every task this loop starts is cancelled when it ends, however it ends (a
+        # client that goes away cancels the handler while it waits on them).
+        waiting: set[asyncio.Future[Any]] = {reader, closing}
         try:
             while not reader.done():
                 if closing.done():
@@ -145,26 +148,28 @@ class Stream:
                 room = self.room()
                 if room <= 0:
                     self.room_changed.clear()
-                    waiter = asyncio.create_task(self.room_changed.wait())
+                    waiter = asyncio.ensure_future(self.room_changed.wait())
+                    waiting.add(waiter)
                     await asyncio.wait(
                         {waiter, reader, closing},
                         timeout=self._next_expiry_s(),
                         return_when=asyncio.FIRST_COMPLETED,
                     )
                     waiter.cancel()
-                else:
-                    pulled = asyncio.ensure_future(self._pull(room))
-                    await asyncio.wait(
-                        {pulled, reader, closing}, return_when=asyncio.FIRST_COMPLETED
-                    )
-                    if not pulled.done():
-                        pulled.cancel()  # the leases it may have taken expire
-                        continue
-                    await self._send(pulled.result())
+                    waiting.discard(waiter)
+                    continue
+                pulled = asyncio.ensure_future(self._pull(room))
+                waiting.add(pulled)
+                await asyncio.wait({pulled, reader, closing}, return_when=asyncio.FIRST_COMPLETED)
+                waiting.discard(pulled)
+                if not pulled.done():
+                    pulled.cancel()  # the leases it may have taken expire
+                    continue
+                await self._send(pulled.result())
             reader.result()  # the client's request stream ended: re-raise a failure
         finally:
-            reader.cancel()
-            closing.cancel()
+            for task in waiting:
+                task.cancel()
             self.door.streams.closed(self)
 
     async def _pull(self, room: int) -> list[ReceivedMessage]:
@@ -231,15 +236,17 @@ class Stream:
                 invalid.append(ack_id)
         failures: dict[str, str] = dict.fromkeys(invalid, INVALID_ACK_ID)
         engine = self.door.engine
+        future = None
         if valid:
             if seconds is None:
                 future = engine.acknowledge_future(self.name, valid)
             else:
                 future = engine.modify_ack_deadline_future(self.name, valid, seconds)
-            failures.update(await asyncio.wrap_future(future))
-        if seconds is None:
+        if seconds is None:  # the room frees now: the next pull can join the ack's commit
             self.door.streams.settled(ack_ids)
-        else:
+        if future is not None:
+            failures.update(await asyncio.wrap_future(future))
+        if seconds is not None:
             self.door.streams.extended(ack_ids, seconds, failures)
         if self.exactly_once:
             await self._confirm(ack_ids, failures, seconds)
