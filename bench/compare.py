@@ -962,7 +962,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"[{time.monotonic() - started:7.1f} s] {line}", file=sys.stderr, flush=True)
 
     # A gRPC-only run has report-grpc.md of its own: it never replaces the full report.
-    suffix = ("-quick" if args.quick else "") + ("-grpc" if not rest else "")
+    suffix = ("-grpc" if not rest else "") + ("-quick" if args.quick else "")
     args.out.mkdir(parents=True, exist_ok=True)
     charts: tuple[str | None, str | None] = (
         f"throughput{suffix}.png",
