@@ -5,9 +5,10 @@ A commit is copy-on-write by file, as a MERGE would be, but written directly
 commit; rows a plan changed go to one new file, together with the unchanged
 rows of the files they replace. A pull that leases 1,000 new messages writes
 those 1,000 rows and the cursor; the ack that deletes them writes only the
-cursor. When the table holds more than ``MAX_FILES`` files, a commit rewrites
-them all into one. The commit is a strict compare-and-swap on the version: a
-plan made on a state that another writer has moved on fails and is redone.
+cursor. When the table would hold more than ``MAX_FILES`` files, a commit
+also folds the smallest ones into its new file. The commit is a strict
+compare-and-swap on the version: a plan made on a state that another writer
+has moved on fails and is redone.
 """
 
 from __future__ import annotations
@@ -21,9 +22,13 @@ from lakepubsub import metrics, schemas
 from lakepubsub._lake import Lake, TableLog, storage_errors
 from lakepubsub.leases import CURSOR_KEY, Key, LeaseState, Planner, Row, to_arrow
 
-# Files a lease table may hold before a commit consolidates them into one:
-# reading the state after another writer's commit reads every file.
-MAX_FILES = 8
+# Files a lease table may hold before a commit folds its smallest files into the
+# new one, leaving half as many: reading the state after another writer's commit
+# reads every file (about 0.3 ms each locally). Folding only the smallest files
+# keeps a commit's cost near the rows it changed: with a StreamingPull window of
+# 10,000 messages (ten files of 1,000 leases), rewriting everything at 8 files
+# made every commit copy all 10,000 rows (2,800 deliveries/s at engine level).
+MAX_FILES = 32
 
 
 class LeaseTable:
@@ -75,12 +80,15 @@ class LeaseTable:
         result = planner.result_state(log.version)
         changed = set(planner.changed)
         touched = {self._file_of[k] for k in changed | {CURSOR_KEY} if k in self._file_of}
-        carried = set().union(*(self._keys_in[p] for p in touched)) if touched else set()
+        if len(log.files) - len(touched) + 2 > MAX_FILES:
+            smallest = sorted(
+                (p for p in log.files if p not in touched),
+                key=lambda p: len(self._keys_in.get(p, ())),
+            )
+            touched |= set(smallest[: len(log.files) - len(touched) + 2 - MAX_FILES // 2])
+        carried = set().union(*(self._keys_in.get(p, ()) for p in touched)) if touched else set()
         keys = (carried | changed) - {CURSOR_KEY}
         rows = [result.rows[k] for k in keys if k in result.rows]
-        if len(log.files) - len(touched) + (1 if rows else 0) + 1 > MAX_FILES:
-            touched = set(log.files)
-            rows = list(result.rows.values())
         rows.sort(key=lambda r: r.key)
         adds = [log.write_file(to_arrow([], result.cursor))]
         if rows:

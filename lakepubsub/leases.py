@@ -35,6 +35,7 @@ HELD = 2  # behind an earlier outstanding message of its ordering key
 INVALID_ACK_ID = "PERMANENT_FAILURE_INVALID_ACK_ID"
 
 CURSOR_KEY: Key = (schemas.KIND_CURSOR, 0)
+_NEVER_US = 2**63 - 1
 
 
 @dataclass
@@ -68,6 +69,7 @@ class LeaseState:
     version: int
     cursor: Cursor
     rows: dict[Key, Row] = field(default_factory=dict)
+    _earliest_due_us: int | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def from_arrow(cls, table: pa.Table, version: int) -> LeaseState:
@@ -93,6 +95,16 @@ class LeaseState:
 
     def outstanding(self) -> int:
         return sum(1 for k in self.rows if k[0] == schemas.KIND_MESSAGE)
+
+    def earliest_due_us(self) -> int:
+        """No stored row is deliverable before this time (a lower bound: back-off is
+        not counted). Computed once per state; states are not changed in place."""
+        if self._earliest_due_us is None:
+            self._earliest_due_us = min(
+                (r.deadline_us for r in self.rows.values() if r.state != HELD),
+                default=_NEVER_US,
+            )
+        return self._earliest_due_us
 
 
 def initial_rows(frontier: int, now_us: int) -> pa.Table:
@@ -272,6 +284,18 @@ class Planner:
         With ordering, only the oldest outstanding message of each ordering key
         may go out, and only when no earlier delivery of it is live.
         """
+        if not self.policy.ordering and self.state.earliest_due_us() > self.now_us:
+            # No stored row is due: only rows this plan changed can be (a nack, an
+            # event). With a large window this skips a pass over every lease.
+            due = [
+                r
+                for r in self.changed.values()
+                if r is not None
+                and r.state in (LEASED, WAITING)
+                and self._available_at(r) <= self.now_us
+            ]
+            due.sort(key=lambda r: (r.kind != schemas.KIND_EVENT, r.offset))
+            return due
         rows = self._rows()
         heads = _key_heads(rows.values()) if self.policy.ordering else {}
         ready = []
