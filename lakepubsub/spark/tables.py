@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from urllib.parse import urlparse
 
+from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 
@@ -99,6 +100,8 @@ def read_table(
         return reader.load(spark_path(uri))
     except AnalysisException as exc:
         raise errors.NotFound(f"{uri}: {first_line(exc)}") from exc
+    except Py4JJavaError as exc:  # a log delta-spark cannot assemble (files missing)
+        raise errors.FailedPrecondition(f"{uri}: {java_error(exc)}") from exc
 
 
 def create_view(
@@ -138,6 +141,14 @@ def first_line(exc: BaseException) -> str:
     """A Spark error's message without its JVM stack trace or SQL context."""
     text = str(exc).split("\n\n", 1)[0]  # PySpark appends the JVM stack trace after a blank line
     return " ".join(text.split()) or type(exc).__name__
+
+
+def java_error(exc: Py4JJavaError) -> str:
+    """The JVM exception's class and message, on one line."""
+    try:
+        return " ".join(str(exc.java_exception.toString()).split())
+    except Exception:  # the gateway is gone
+        return first_line(exc)
 
 
 def pinned_version(frame: DataFrame) -> int | None:
