@@ -17,10 +17,12 @@
    Each truncation is appended to the truncations table
    (``schemas.TRUNCATIONS``, view ``truncations``).
 2. For every topic, messages below every subscription's lowest unacknowledged
-   offset, every live snapshot's, and older than the topic's retention (and
-   than ``messageRetentionDuration`` of subscriptions that retain acknowledged
-   messages) are deleted from the messages table with one delta-rs delete. The
-   newest message is always kept: the topic head is read from it.
+   offset, every live snapshot's, and older than the topic's retention (its
+   ``messageRetentionDuration``, else 7 days: ``Topic.history_s``; and than
+   ``messageRetentionDuration`` of subscriptions that retain acknowledged
+   messages) are deleted from the messages table with one direct-log commit.
+   The newest message is always kept: the topic head is read from it. Each
+   topic's report says from which offset messages are kept, and why.
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ class TopicCleanup:
     oldest_offset: int = 0  # before the delete
     kept_from: int = 0  # every message below this was deleted
     rows_deleted: int = 0
+    kept_because: str = ""  # what needs the message at kept_from (or why nothing went)
 
 
 @dataclass
@@ -355,16 +358,21 @@ def _delete_unneeded(
     result.oldest_offset = result.kept_from = oldest
     if head - oldest <= 1:
         result.status = "nothing"
+        result.kept_because = "no message but the newest, which always stays"
         return
     # The newest row always stays: the head is read from the table's statistics.
-    bound = head - 1
-    for floor in _floors(ctx, topic, subs):
-        bound = min(bound, floor)
-    cutoffs = _retention_cutoffs(ctx.now_us(), topic, subs)
-    if cutoffs and bound > oldest:
-        bound = min(bound, messages.first_offset_at(min(cutoffs)))
+    needs = [(head - 1, "the newest message always stays (the head is read from it)")]
+    needs += _floors(ctx, topic, subs)
+    bound, _ = min(needs)
+    if bound > oldest:
+        for cutoff_us, why in _retention_cutoffs(ctx.now_us(), topic, subs):
+            needs.append((messages.first_offset_at(cutoff_us), why))
+    bound, result.kept_because = min(needs)
     if bound <= oldest:
         result.status = "nothing"
+        log.info(
+            "%s: keeps every message from %d: %s", topic.name.path, oldest, result.kept_because
+        )
         return
 
     def attempt() -> int:
@@ -374,18 +382,26 @@ def _delete_unneeded(
 
     result.rows_deleted = retrying("messages", attempt)
     result.kept_from = bound
-    log.info("%s: deleted %d messages below %d", topic.name.path, result.rows_deleted, bound)
+    log.info(
+        "%s: deleted %d messages below %d; keeps the rest: %s",
+        topic.name.path,
+        result.rows_deleted,
+        bound,
+        result.kept_because,
+    )
 
 
-def _floors(ctx: JobContext, topic: Topic, subs: list[Subscription]) -> list[int]:
-    """The lowest offset each subscription and each live snapshot of the topic still needs."""
+def _floors(ctx: JobContext, topic: Topic, subs: list[Subscription]) -> list[tuple[int, str]]:
+    """The lowest offset each subscription and each live snapshot of the topic still
+    needs, with who needs it."""
     engine = ctx.engine
     floors = []
     for sub in subs:
         try:
-            floors.append(engine.subscription_state(sub.name).floor())
+            floor = engine.subscription_state(sub.name).floor()
         except errors.NotFound:
             continue  # deleted: needs nothing
+        floors.append((floor, f"{sub.name.path} has not acknowledged offset {floor}"))
     now = ctx.now_us()
     view = engine.catalog.view()
     for entry in view.attached_to(topic.uid):
@@ -398,16 +414,38 @@ def _floors(ctx: JobContext, topic: Topic, subs: list[Subscription]) -> list[int
         except errors.NotFound:
             continue
         with storage_errors(table.table_uri):
-            floors.append(LeaseState.from_arrow(table.to_pyarrow_table(), table.version()).floor())
+            floor = LeaseState.from_arrow(table.to_pyarrow_table(), table.version()).floor()
+        floors.append((floor, f"snapshot projects/{entry.project}/snapshots/{entry.name} needs it"))
     # A subscription created after the catalog was read starts at the head.
     return floors
 
 
-def _retention_cutoffs(now_us: int, topic: Topic, subs: list[Subscription]) -> list[int]:
-    """Publish times from which messages must be kept for seek and topic retention."""
-    periods = [topic.message_retention_s] if topic.message_retention_s else []
-    periods += [s.message_retention_s for s in subs if s.retain_acked_messages]
-    return [now_us - p * constants.US_PER_S for p in periods]
+def _retention_cutoffs(
+    now_us: int, topic: Topic, subs: list[Subscription]
+) -> list[tuple[int, str]]:
+    """Publish times from which messages must be kept for topic retention and seek, and why."""
+    if topic.message_retention_s is None:
+        why = f"topic retention: {_days(topic.history_s)} (the default; messageRetentionDuration)"
+    elif topic.keeps_forever:
+        why = "topic retention: forever"
+    else:
+        why = f"topic retention: {_days(topic.history_s)} (messageRetentionDuration)"
+    cutoffs = [(now_us - topic.history_s * constants.US_PER_S, why)]
+    cutoffs += [
+        (
+            now_us - s.message_retention_s * constants.US_PER_S,
+            f"{s.name.path} retains acknowledged messages for {_days(s.message_retention_s)}",
+        )
+        for s in subs
+        if s.retain_acked_messages
+    ]
+    return cutoffs
+
+
+def _days(seconds: int) -> str:
+    if seconds % 86400 == 0:
+        return f"{seconds // 86400} days"
+    return f"{seconds} s"
 
 
 if __name__ == "__main__":

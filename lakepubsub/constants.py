@@ -26,6 +26,13 @@ MAX_ACK_DEADLINE_S = 600
 MIN_RETENTION_S = 600
 MAX_RETENTION_S = 31 * 24 * 3600
 DEFAULT_RETENTION_S = 7 * 24 * 3600
+# A topic created without messageRetentionDuration still keeps its messages this
+# long in the lake, for Spark SQL and replay (Pub/Sub's longest default, 7 days);
+# only the truncation job deletes messages, and never younger ones.
+DEFAULT_TOPIC_HISTORY_S = 7 * 24 * 3600
+# The longest messageRetentionDuration a topic takes (100 years, "3153600000s"):
+# lakepubsub's documented "forever". Pub/Sub stops at 31 days; a lake need not.
+FOREVER_RETENTION_S = 100 * 365 * 24 * 3600
 
 # Pull returns at most this many messages per call, as Pub/Sub.
 MAX_PULL_MESSAGES = 1_000

@@ -17,7 +17,9 @@ MUTABLE_FIELDS = frozenset({"labels", "message_retention_s"})
 @dataclass(frozen=True)
 class Topic:
     """A topic. ``message_retention_s`` keeps messages that long even once every
-    subscription has acknowledged them (None: drop them as soon as none needs them)."""
+    subscription has acknowledged them; unset (None), the lake keeps them for
+    ``constants.DEFAULT_TOPIC_HISTORY_S`` (7 days). ``FOREVER_RETENTION_S`` (100
+    years) is the longest allowed, and means forever."""
 
     name: TopicName
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -28,12 +30,24 @@ class Topic:
     def validated(self) -> Topic:
         validate_labels(self.labels)
         if self.message_retention_s is not None and not (
-            constants.MIN_RETENTION_S <= self.message_retention_s <= constants.MAX_RETENTION_S
+            constants.MIN_RETENTION_S <= self.message_retention_s <= constants.FOREVER_RETENTION_S
         ):
             raise errors.InvalidArgument(
-                "messageRetentionDuration must be between 10 minutes and 31 days"
+                "messageRetentionDuration must be between 10 minutes and"
+                f" {constants.FOREVER_RETENTION_S}s (100 years: forever)"
             )
         return self
+
+    @property
+    def history_s(self) -> int:
+        """How long the lake keeps a message after it was published, whoever acknowledged it."""
+        if self.message_retention_s is None:
+            return constants.DEFAULT_TOPIC_HISTORY_S
+        return self.message_retention_s
+
+    @property
+    def keeps_forever(self) -> bool:
+        return self.history_s >= constants.FOREVER_RETENTION_S
 
     def spec(self) -> dict[str, Any]:
         return {"labels": dict(self.labels), "message_retention_s": self.message_retention_s}

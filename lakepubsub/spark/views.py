@@ -300,6 +300,7 @@ def _topic_row(engine: Engine, topic: Topic, view: str, table: DeltaTable) -> tu
         head,
         actions.num_rows,
         topic.message_retention_s,
+        topic.history_s,
     )
 
 
@@ -330,7 +331,8 @@ def _subscription_row(
 _LEASES_SCHEMA = "offset long, delivery_attempts int, lease_state string, lease_deadline timestamp"
 _TOPICS_SCHEMA = (
     "project string, topic string, name string, view string, location string, version long,"
-    " oldest_offset long, head long, files long, message_retention_seconds long"
+    " oldest_offset long, head long, files long, message_retention_seconds long,"
+    " history_seconds long"
 )
 _SUBSCRIPTIONS_SCHEMA = (
     "project string, subscription string, name string, topic string, backlog_view string,"

@@ -19,6 +19,7 @@ from support import LakeSpec
 
 from jobs import truncate
 from lakepubsub import Engine
+from lakepubsub.constants import FOREVER_RETENTION_S
 from lakepubsub.names import SnapshotName, SubscriptionName
 from lakepubsub.subscriptions import Subscription, TruncationPolicy
 from lakepubsub.topics import Topic
@@ -86,7 +87,7 @@ def test_policies_drop_oldest_first_and_deliver_an_event(
 def test_deletes_only_what_nothing_needs_and_keeps_the_newest(
     engine: Engine, lake: LakeSpec, spark: SparkSession
 ) -> None:
-    topic = engine.create_topic(Topic(topic_name("history")))
+    topic = engine.create_topic(Topic(topic_name("history"), message_retention_s=600))
     fast = engine.create_subscription(Subscription(sub_name("fast"), topic.name))
     slow = engine.create_subscription(Subscription(sub_name("slow"), topic.name))
     publish_batches(engine, topic.name, batches=5, per_batch=10)
@@ -96,19 +97,54 @@ def test_deletes_only_what_nothing_needs_and_keeps_the_newest(
     engine.create_snapshot(SnapshotName("proj", "before-20"), slow.name)  # floor 30
     _ack(engine, slow.name, 20)  # slow is now at 50
 
-    with context(lake, spark) as ctx:
+    with context(lake, spark) as ctx:  # within the topic's 10 minutes: everything stays
+        report = truncate.run(ctx)
+    assert [(t.status, t.rows_deleted) for t in report.topics] == [("nothing", 0)]
+    assert report.topics[0].kept_because == "topic retention: 600 s (messageRetentionDuration)"
+
+    with context(lake, spark, ahead_s=601) as ctx:
         report = truncate.run(ctx)
     assert [(t.status, t.kept_from, t.rows_deleted) for t in report.topics] == [("ok", 30, 30)]
+    assert report.topics[0].kept_because == "snapshot projects/proj/snapshots/before-20 needs it"
     assert table_offsets(uri, lake.storage_options) == list(range(30, 50))
 
     # Eight days on the snapshot has expired: all but the newest row go.
     with context(lake, spark, ahead_s=8 * DAY_S) as ctx:
         report = truncate.run(ctx)
     assert [(t.kept_from, t.rows_deleted) for t in report.topics] == [(49, 19)]
+    assert report.topics[0].kept_because.startswith("the newest message always stays")
     assert table_offsets(uri, lake.storage_options) == [49]
     # The head did not move back: the next message gets a new offset.
     assert engine.publish(topic.name, messages(1)) == ["50"]
     assert engine.topic_head(topic.name) == 51
+
+
+def test_history_is_kept_seven_days_by_default_or_forever(
+    local_engine: Engine, local_lake: LakeSpec, spark: SparkSession
+) -> None:
+    engine = local_engine
+    default = engine.create_topic(Topic(topic_name("default-history")))
+    forever = engine.create_topic(
+        Topic(topic_name("forever-history"), message_retention_s=FOREVER_RETENTION_S)
+    )
+    for topic in (default, forever):
+        sub = engine.create_subscription(Subscription(sub_name(f"{topic.name.id}-sub"), topic.name))
+        publish_batches(engine, topic.name, batches=2, per_batch=10)
+        _ack(engine, sub.name, 20)  # every subscription is done with every message
+    with context(local_lake, spark, ahead_s=6 * DAY_S) as ctx:
+        report = {t.topic: t for t in truncate.run(ctx).topics}
+    kept = report[default.name.path]
+    assert (kept.status, kept.rows_deleted) == ("nothing", 0)
+    assert kept.kept_because == "topic retention: 7 days (the default; messageRetentionDuration)"
+    assert report[forever.name.path].kept_because == "topic retention: forever"
+    with context(local_lake, spark, ahead_s=8 * DAY_S) as ctx:
+        report = {t.topic: t for t in truncate.run(ctx).topics}
+    assert report[default.name.path].rows_deleted == 19
+    assert (report[forever.name.path].status, report[forever.name.path].rows_deleted) == (
+        "nothing",
+        0,
+    )
+    assert table_offsets(engine.lake.messages_uri(forever.uid)) == list(range(20))
 
 
 def test_topic_retention_keeps_acknowledged_messages(

@@ -94,6 +94,11 @@ def test_views_show_history_backlogs_and_truncations(
     )
     [topic] = spark.sql("SELECT * FROM topics").collect()
     assert (topic["view"], topic["oldest_offset"], topic["head"]) == ("shop__orders", 0, 30)
+    # No retention set: the lake keeps the history for the default 7 days.
+    assert (topic["message_retention_seconds"], topic["history_seconds"]) == (None, 7 * 86400)
+    assert topic["location"].startswith("file://")
+    by_location = spark.sql(f"SELECT count(*) AS n FROM delta.`{topic['location']}`").first()
+    assert by_location["n"] == 30
 
 
 def test_time_travel_and_refresh(shop: Engine, local_lake: LakeSpec, spark: SparkSession) -> None:
