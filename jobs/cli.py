@@ -11,12 +11,13 @@ Nothing here imports PySpark or starts a JVM until a command needs Spark.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import signal
 import sys
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import fields
 from datetime import datetime
 from pathlib import Path
@@ -436,10 +437,11 @@ def sql(
         pinned[view] = int(number)
     settings = settings_for(_lake(ctx, lake))
     spark = spark_session(master)
-    register(spark, settings, versions=pinned, timestamp=timestamp)
-    frame = spark.sql(query)
-    columns = frame.columns
-    rows = [r.asDict(recursive=True) for r in frame.limit(max_rows + 1).collect()]
+    with one_line_errors():
+        register(spark, settings, versions=pinned, timestamp=timestamp)
+        frame = spark.sql(query)
+        columns = frame.columns
+        rows = [r.asDict(recursive=True) for r in frame.limit(max_rows + 1).collect()]
     more = len(rows) > max_rows
     rows = rows[:max_rows]
     if fmt == "json":
@@ -449,6 +451,23 @@ def sql(
         click.echo(format_table(columns, rows, None if wide else MAX_CELL_CHARS))
     if more:
         click.echo(f"(only the first {max_rows} rows; --max-rows for more)", err=True)
+
+
+@contextlib.contextmanager
+def one_line_errors() -> Iterator[None]:
+    """A failed query or view is one line on stderr and exit status 1, not a traceback."""
+    from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
+    from pyspark.errors import PySparkException
+
+    from lakepubsub.errors import LakePubSubError
+    from lakepubsub.spark.tables import first_line, java_error
+
+    try:
+        yield
+    except (LakePubSubError, PySparkException) as exc:
+        raise click.ClickException(first_line(exc)) from exc
+    except Py4JJavaError as exc:
+        raise click.ClickException(java_error(exc)) from exc
 
 
 def format_table(columns: list[str], rows: list[dict[str, Any]], limit: int | None) -> str:

@@ -195,32 +195,32 @@ def _topic_frame(
     storage = engine.lake.storage_options
     try:
         if timestamp is not None and version is None:
-            frame = _as_of(spark, topic, uri, storage, timestamp)
-            version = pinned_version(frame)
-        if version is None:
+            version = pinned_version(_as_of(spark, uri, storage, timestamp))
+        elif version is not None:
+            read_table(spark, uri, version=version, storage_options=storage)
+        else:
             version = engine.lake.open(uri).version()
+        frame = read_table(spark, uri, version=version, storage_options=storage)
         table = engine.lake.open(uri, version=version)
     except errors.NotFound as exc:
         if not engine.lake.exists(uri):
             log.warning("%s: no view: %s", topic.name.path, exc)
             return None
-        raise
-    frame = read_table(spark, uri, version=version, storage_options=storage)
+        when = f"as of {timestamp}" if version is None else f"version {version}"
+        reason = str(exc).removeprefix(f"{uri}: ")
+        raise errors.NotFound(f"{topic.name.path}: cannot read {when}: {reason}") from exc
     return frame, table
 
 
 def _as_of(
-    spark: SparkSession,
-    topic: Topic,
-    uri: str,
-    storage: Mapping[str, str] | None,
-    timestamp: datetime | str,
+    spark: SparkSession, uri: str, storage: Mapping[str, str] | None, timestamp: datetime | str
 ) -> DataFrame:
     """The table as delta-spark reads it as of ``timestamp``.
 
     After the newest commit: the newest version. Before the oldest commit the
     log still holds: the empty first version if that is version 0 (the topic
-    did not exist yet), else ``NotFound`` naming the oldest reachable time.
+    did not exist yet), else delta-spark's ``NotFound``, which names the oldest
+    time the log still reaches.
     """
     try:
         return read_table(spark, uri, timestamp=timestamp, storage_options=storage)
@@ -232,9 +232,7 @@ def _as_of(
         try:
             return read_table(spark, uri, version=0, storage_options=storage)
         except errors.NotFound:
-            raise errors.NotFound(
-                f"{topic.name.path}: cannot read as of {timestamp}: {exc}"
-            ) from exc
+            raise exc from None
 
 
 def _backlog(spark: SparkSession, topic: DataFrame, state: LeaseState) -> DataFrame:

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from deltalake import DeltaTable
 from jobtools import context
 from pyspark.sql import SparkSession
 from support import LakeSpec
 
 from jobs import truncate
 from jobs.cli import sql
-from lakepubsub import Engine
+from lakepubsub import Engine, errors
+from lakepubsub._lake.deltalog import settle_checkpoints
 from lakepubsub.messages import PublishMessage
 from lakepubsub.names import SubscriptionName, TopicName
 from lakepubsub.spark.views import register, view_name
@@ -203,3 +208,43 @@ def test_readme_sql_examples_run(
         assert done.exit_code == 0, done.output
         counts.append(done.output.splitlines()[-1])
     assert counts == ["(1 row)", "(1 row)", "(3 rows)"]
+
+
+def test_time_travel_is_exact_or_fails_in_one_line(
+    local_engine: Engine, local_lake: LakeSpec, spark: SparkSession
+) -> None:
+    topic = local_engine.create_topic(Topic(TopicName("shop", "ledger")))
+    for i in range(14):  # versions 1-14, one message each
+        local_engine.publish(topic.name, [PublishMessage(f"entry {i}".encode())])
+    uri = local_engine.lake.messages_uri(topic.uid)
+    log_dir = Path(uri) / "_delta_log"
+    at_v5 = datetime.fromtimestamp((log_dir / f"{5:020d}.json").stat().st_mtime, UTC)
+    register(spark, local_lake.settings(), timestamp=at_v5)
+    assert spark.sql("SELECT count(*) AS n FROM shop__ledger").first()["n"] == 5
+
+    # The log is cleaned up to a checkpoint at version 14, as log retention does.
+    settle_checkpoints()
+    DeltaTable(uri).create_checkpoint()
+    hour_ago = time.time() - 3600
+    for entry in log_dir.iterdir():
+        if entry.name[:20].isdigit() and int(entry.name[:20]) < 14:
+            os.utime(entry, (hour_ago, hour_ago))
+    DeltaTable(uri).cleanup_metadata()
+    assert not (log_dir / f"{5:020d}.json").exists()
+
+    with pytest.raises(errors.NotFound, match=r"cannot read version 5: .*Available versions: \[14"):
+        register(spark, local_lake.settings(), versions={"shop__ledger": 5})
+    with pytest.raises(errors.NotFound, match=r"as of .*earliest version available") as early:
+        register(spark, local_lake.settings(), timestamp=at_v5)
+    assert "\n" not in str(early.value)
+    register(spark, local_lake.settings(), timestamp=datetime.now(UTC))
+    assert spark.sql("SELECT count(*) AS n FROM shop__ledger").first()["n"] == 14
+
+    runner = CliRunner()
+    for args in (["--version", "shop__ledger=5"], ["--timestamp", at_v5.isoformat()]):
+        failed = runner.invoke(sql, ["SELECT 1", "--lake", local_lake.uri, *args])
+        assert failed.exit_code == 1
+        assert failed.output.count("\n") == 1 and failed.output.startswith("Error: ")
+    typo = runner.invoke(sql, ["SELEC count(*) FROM shop__ledger", "--lake", local_lake.uri])
+    assert typo.exit_code == 1
+    assert typo.output.startswith("Error: [PARSE_SYNTAX_ERROR]") and typo.output.count("\n") == 1
