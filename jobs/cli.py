@@ -16,10 +16,10 @@ import json
 import logging
 import signal
 import sys
+import threading
 import tomllib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import fields
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -37,8 +37,11 @@ from lakepubsub.scheduler import (
 JOB_NAMES = ("compact", "truncate", "gc", "batch-consume")
 MIB = 1024 * 1024
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-# Cells of `lakepubsub sql` output longer than this are cut (``--wide`` keeps them).
+# Cells of `lakepubsub sql` output longer than this are cut (``--wide`` keeps them);
+# lakepubsub.spark.shell.MAX_CELL_CHARS, kept here so the CLI imports no PySpark.
 MAX_CELL_CHARS = 60
+# Spark 4's Spark Connect server, started inside the session's driver.
+CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 
 
 class Report(Protocol):
@@ -392,7 +395,7 @@ def schedule_command(
 
 
 @click.command("sql")
-@click.argument("query")
+@click.argument("query", required=False)
 @_lake_option
 @_master_option
 @click.option(
@@ -408,10 +411,12 @@ def schedule_command(
     "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
 )
 @click.option("--wide", is_flag=True, help=f"Do not cut cells at {MAX_CELL_CHARS} characters.")
+@click.option("--serve", is_flag=True, help="Serve the views over Spark Connect until stopped.")
+@click.option("--port", type=click.IntRange(1, 65535), default=15002, show_default=True)
 @click.pass_context
 def sql(
     ctx: click.Context,
-    query: str,
+    query: str | None,
     lake: str | None,
     master: str | None,
     versions: tuple[str, ...],
@@ -419,15 +424,21 @@ def sql(
     max_rows: int,
     fmt: str,
     wide: bool,
+    serve: bool,
+    port: int,
 ) -> None:
-    """Run a Spark SQL query over the lake's views and print the result.
+    """Run a Spark SQL query over the lake's views and print the result; with no
+    QUERY, an interactive shell on one Spark session (statements end with ';',
+    .tables lists the views, .help the commands).
 
     One view per topic (<project>__<topic>), one backlog view per subscription
     (<project>__<subscription>__backlog), `subscriptions`, `topics` and
-    `truncations` (docs/spark.md).
+    `truncations` (docs/spark.md). --serve starts Spark Connect
+    (sc://127.0.0.1:PORT) with the views as global_temp.<view>.
     """
     from jobs.common import spark_session
-    from lakepubsub.spark.views import register
+    from lakepubsub.spark import shell
+    from lakepubsub.spark.views import View, register
 
     pinned: dict[str, int] = {}
     for item in versions:
@@ -436,21 +447,65 @@ def sql(
             raise click.BadParameter(f"expected VIEW=N, got {item!r}", param_hint="--version")
         pinned[view] = int(number)
     settings = settings_for(_lake(ctx, lake))
-    spark = spark_session(master)
+    interactive = query is None and not serve and sys.stdin.isatty()
+    conf = {"spark.ui.showConsoleProgress": "true"} if interactive else {}
+    if serve:
+        conf = {
+            "spark.plugins": CONNECT_PLUGIN,
+            "spark.connect.grpc.binding.address": "127.0.0.1",
+            "spark.connect.grpc.binding.port": str(port),
+        }
+    if interactive:
+        click.echo("Starting Spark (a few seconds)…", err=True)
+    spark = spark_session(master, conf=conf)
+
+    def refresh() -> list[View]:
+        return register(spark, settings, versions=pinned, timestamp=timestamp, shared=serve)
+
     with one_line_errors():
-        register(spark, settings, versions=pinned, timestamp=timestamp)
-        frame = spark.sql(query)
-        columns = frame.columns
-        rows = [r.asDict(recursive=True) for r in frame.limit(max_rows + 1).collect()]
-    more = len(rows) > max_rows
-    rows = rows[:max_rows]
-    if fmt == "json":
-        for row in rows:
-            click.echo(json.dumps({c: _json_value(row[c]) for c in columns}))
-    else:
-        click.echo(format_table(columns, rows, None if wide else MAX_CELL_CHARS))
-    if more:
-        click.echo(f"(only the first {max_rows} rows; --max-rows for more)", err=True)
+        views = refresh()
+    output = shell.Output(max_rows=max_rows, json_lines=fmt == "json", wide=wide)
+    if serve:
+        _serve_connect(port, views)
+        return
+    if query is not None:
+        with one_line_errors():
+            shell.run(spark, query, output, sys.stdout)
+        return
+    repl = shell.Shell(
+        spark,
+        views,
+        refresh=refresh,
+        error_line=_error_line,
+        output=output,
+        interactive=interactive,
+    )
+    if interactive:
+        click.echo(f"{len(views)} views; statements end with ';', .help for commands.", err=True)
+    repl.loop(shell.terminal_lines() if interactive else iter(sys.stdin))
+
+
+def _error_line(exc: BaseException) -> str:
+    """The one line ``one_line_errors`` would print for ``exc``; anything else re-raises."""
+    try:
+        with one_line_errors():
+            raise exc
+    except click.ClickException as caught:
+        return caught.message
+    raise AssertionError("unreachable")
+
+
+def _serve_connect(port: int, views: list[Any]) -> None:
+    """Block while Spark Connect serves; SIGTERM or Ctrl-C stops it."""
+    click.echo(
+        f"Spark Connect on sc://127.0.0.1:{port}; {len(views)} views as global_temp.<view>",
+        err=True,
+    )
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    with contextlib.suppress(KeyboardInterrupt):
+        while not stop.wait(0.5):
+            pass
 
 
 @contextlib.contextmanager
@@ -468,43 +523,3 @@ def one_line_errors() -> Iterator[None]:
         raise click.ClickException(first_line(exc)) from exc
     except Py4JJavaError as exc:
         raise click.ClickException(java_error(exc)) from exc
-
-
-def format_table(columns: list[str], rows: list[dict[str, Any]], limit: int | None) -> str:
-    """Rows as an aligned text table with a header rule."""
-    cells = [[_text(row[c], limit) for c in columns] for row in rows]
-    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
-    lines = [
-        " | ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)),
-        "-+-".join("-" * w for w in widths),
-        *(" | ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells),
-    ]
-    lines.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
-    return "\n".join(line.rstrip() for line in lines)
-
-
-def _json_value(value: Any) -> Any:
-    if isinstance(value, bytes | bytearray):
-        try:
-            return bytes(value).decode()
-        except UnicodeDecodeError:
-            return "0x" + bytes(value).hex()
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, dict):
-        return {str(k): _json_value(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_value(v) for v in value]
-    return value
-
-
-def _text(value: Any, limit: int | None) -> str:
-    if value is None:
-        text = "NULL"
-    else:
-        plain = _json_value(value)
-        text = plain if isinstance(plain, str) else json.dumps(plain, default=str)
-    text = text.replace("\n", "\\n")
-    if limit is not None and len(text) > limit:
-        text = text[: limit - 1] + "…"
-    return text

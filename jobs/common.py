@@ -11,7 +11,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -110,8 +110,11 @@ class JobContext:
         self.close()
 
 
-def spark_session(master: str | None = None) -> SparkSession:
-    """The running session, spark-submit's, or a new local one on ``master``."""
+def spark_session(
+    master: str | None = None, *, conf: Mapping[str, str] | None = None
+) -> SparkSession:
+    """The running session, spark-submit's, or a new local one on ``master``
+    (``conf``: settings for a new session)."""
     from pyspark.sql import SparkSession
 
     from lakepubsub.spark import local_session, register_source
@@ -125,12 +128,12 @@ def spark_session(master: str | None = None) -> SparkSession:
         # Launched by spark-submit: keep its master and resources, add our settings.
         builder = SparkSession.builder.appName("lakepubsub-jobs")
         # Its --packages or --jars must bring delta-spark (and hadoop-aws for s3a).
-        for key, value in SESSION_CONF.items():
+        for key, value in {**SESSION_CONF, **(conf or {})}.items():
             builder = builder.config(key, value)
         spark = builder.getOrCreate()
         register_source(spark)
         return spark
-    return local_session("lakepubsub-jobs", master or DEFAULT_MASTER)
+    return local_session("lakepubsub-jobs", master or DEFAULT_MASTER, conf=conf)
 
 
 def retrying(label: str, attempt: Callable[[], T]) -> T:

@@ -95,12 +95,15 @@ def register(
     storage_options: Mapping[str, str] | None = None,
     versions: Mapping[str, int] | None = None,
     timestamp: datetime | str | None = None,
+    shared: bool = False,
 ) -> list[View]:
-    """Register the ``lakedelta`` source and the lake's views in ``spark``; return them.
+    """Register the lake's views in ``spark``; return them.
 
     ``lake`` is a lake root (S3 settings then come from ``storage_options`` or
     the AWS environment variables) or ``Settings``. ``versions`` pins single
     topic views by view name or topic path; ``timestamp`` pins every topic view.
+    ``shared`` also makes each a global temporary view (``global_temp.<name>``),
+    which every session of the application sees (Spark Connect clients).
     """
     settings = _settings(lake, storage_options)
     register_source(spark)
@@ -147,6 +150,9 @@ def register(
     for name, frame in lake_views:
         frame.createOrReplaceTempView(name)
         views.append(View(name, name, ""))
+    if shared:
+        for view in views:
+            spark.table(view.name).createOrReplaceGlobalTempView(view.name)
     spark.conf.set(_REGISTERED_VIEWS, ",".join(v.name for v in views))
     return views
 
@@ -164,6 +170,7 @@ def _drop_previous(spark: SparkSession) -> None:
     previous = spark.conf.get(_REGISTERED_VIEWS, "") or ""
     for name in filter(None, previous.split(",")):
         spark.catalog.dropTempView(name)
+        spark.catalog.dropGlobalTempView(name)
 
 
 class _Names:

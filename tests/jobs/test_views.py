@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,7 +16,7 @@ from click.testing import CliRunner
 from deltalake import DeltaTable
 from jobtools import context
 from pyspark.sql import SparkSession
-from support import LakeSpec
+from support import LakeSpec, free_port
 
 from jobs import truncate
 from jobs.cli import sql
@@ -248,3 +250,78 @@ def test_time_travel_is_exact_or_fails_in_one_line(
     typo = runner.invoke(sql, ["SELEC count(*) FROM shop__ledger", "--lake", local_lake.uri])
     assert typo.exit_code == 1
     assert typo.output.startswith("Error: [PARSE_SYNTAX_ERROR]") and typo.output.count("\n") == 1
+
+
+def test_sql_shell(shop: Engine, local_lake: LakeSpec, spark: SparkSession) -> None:
+    """`lakepubsub sql` without a query: statements over several lines, dot commands,
+    errors as one line, all on one session."""
+    script = "\n".join(
+        [
+            "SELECT count(*) AS n",
+            "  FROM shop__orders;",
+            ".tables",
+            "SELEC 1;",
+            "SELECT attributes['region'] AS region, count(*) AS n FROM shop__orders",
+            " GROUP BY 1 ORDER BY 1;",
+            ".nope",
+            ".refresh",
+            ".quit",
+            "SELECT 'never run';",
+        ]
+    )
+    done = CliRunner().invoke(sql, ["--lake", local_lake.uri], input=script + "\n")
+    assert done.exit_code == 0, done.output
+    lines = done.output.splitlines()
+    assert lines[:4] == ["n", "--", "30", "(1 row)"]
+    tables = [line.split()[0] for line in lines[4:10]]
+    assert tables == [
+        "shop__orders",
+        "shop__orders_audit__backlog",
+        "shop__orders_small__backlog",
+        "topics",
+        "subscriptions",
+        "truncations",
+    ]
+    assert lines[10].startswith("Error: [PARSE_SYNTAX_ERROR]")
+    assert [line.split() for line in lines[13:15]] == [["eu", "|", "15"], ["us", "|", "15"]]
+    assert lines[16:] == [
+        "Error: unknown command .nope; .help lists them",
+        "6 views at the newest versions",
+    ]
+
+
+def test_sql_serve_spark_connect(shop: Engine, local_lake: LakeSpec) -> None:
+    """`lakepubsub sql --serve`: a Spark Connect client queries the views (global_temp)."""
+    port = free_port()
+    command = [sys.executable, "-m", "lakepubsub.cli", "sql", "--serve", "--port", str(port)]
+    server = subprocess.Popen(
+        [*command, "--lake", local_lake.uri, "--master", "local[1]"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stderr is not None
+        for line in server.stderr:  # Spark's start-up, then the line saying it serves
+            if line.startswith("Spark Connect on"):
+                break
+        else:
+            raise AssertionError(f"the server ended: {server.wait()}")
+        assert f"sc://127.0.0.1:{port}" in line and "6 views" in line
+        query = (
+            "SELECT attributes['region'] AS region, count(*) AS n"
+            " FROM global_temp.shop__orders GROUP BY 1 ORDER BY 1"
+        )
+        client = Path(__file__).with_name("connect_client.py")
+        done = subprocess.run(
+            [sys.executable, str(client), str(port), query],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=True,
+        )
+        rows = [json.loads(line) for line in done.stdout.splitlines()]
+        assert rows == [{"region": "eu", "n": 15}, {"region": "us", "n": 15}]
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    assert server.returncode == 0
