@@ -53,9 +53,21 @@ def _ack_forever(uri: str, options: dict[str, str], out: str) -> None:
                 log.flush()
 
 
+# A process's first commit can take many seconds on a loaded machine (spawn,
+# imports, S3 set-up), so the kill is timed from its first logged line.
+FIRST_COMMIT_TIMEOUT_S = 60.0
+
+
 def _kill_after(target, args, seconds: float) -> None:  # type: ignore[no-untyped-def]
+    log = Path(args[2])
+    before = log.stat().st_size if log.exists() else 0
     proc = mp.get_context("spawn").Process(target=target, args=args)
     proc.start()
+    deadline = time.monotonic() + FIRST_COMMIT_TIMEOUT_S
+    while time.monotonic() < deadline and proc.is_alive():
+        if log.exists() and log.stat().st_size > before:
+            break
+        time.sleep(0.02)
     time.sleep(seconds)
     os.kill(proc.pid or 0, signal.SIGKILL)
     proc.join()
@@ -69,14 +81,14 @@ def test_sigkill_during_publish_and_ack_loses_nothing(lake: LakeSpec, tmp_path: 
     acked_log = tmp_path / "acked"
     rng = random.Random(7)
     for round_ in range(KILLS):
-        # the spawn start-up takes ~1 s; the kill lands somewhere in the commit loop
+        # the kill lands somewhere in the commit loop, after the first commit
         _kill_after(
             _publish_forever,
             (lake.uri, lake.storage_options, str(published_log), round_ * 10_000),
-            rng.uniform(2.0, 4.0),
+            rng.uniform(0.5, 2.5),
         )
         _kill_after(
-            _ack_forever, (lake.uri, lake.storage_options, str(acked_log)), rng.uniform(2.0, 3.5)
+            _ack_forever, (lake.uri, lake.storage_options, str(acked_log)), rng.uniform(0.5, 2.0)
         )
 
     acknowledged = [int(i) for line in published_log.read_text().splitlines() for i in line.split()]

@@ -120,7 +120,9 @@ def test_empty_push_config_pauses_and_pull_takes_over(
 ) -> None:
     create_push(http, "switch", endpoint.url())
     set_push(http, "switch", None)
-    time.sleep(1.0)  # the dispatcher has seen the change
+    # The dispatcher sees the change within a second on a quiet machine; a loaded
+    # one (CI beside other runs) has needed more.
+    time.sleep(3.0)
     held = publish(http, 5, "switch-topic", prefix="held")
     time.sleep(1.5)
     assert endpoint.snapshot() == [], "a paused subscription is not pushed"
