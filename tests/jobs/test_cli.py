@@ -129,4 +129,4 @@ def test_the_lakepubsub_command_carries_jobs_and_sql() -> None:
     for job in ("compact", "truncate", "gc", "batch-consume"):
         assert job in listed.output
     assert runner.invoke(main, ["jobs", "schedule", "--help"]).exit_code == 0
-    assert "Usage: main sql [OPTIONS] QUERY" in runner.invoke(main, ["sql", "--help"]).output
+    assert "Usage: main sql [OPTIONS] [QUERY]" in runner.invoke(main, ["sql", "--help"]).output

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from conftest import FILES, ROWS_PER_FILE, MessagesFactory, message_rows
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import BinaryType, LongType, MapType, StringType, TimestampType
+from sparktools import FILES, ROWS_PER_FILE, MessagesFactory, message_rows
 
 from lakepubsub import errors
 from lakepubsub.spark import create_view, read_table, spark_path

@@ -10,9 +10,9 @@ import uuid
 from typing import Protocol
 
 import pytest
-from conftest import ROWS_PER_FILE, message_rows
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
+from sparktools import ROWS_PER_FILE, message_rows
 
 from lakepubsub.spark import SOURCE_NAME, create_view, read_table, spark_path
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from conftest import ROWS_PER_FILE, MessagesFactory, message_rows
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import DataFrame, SparkSession
+from sparktools import ROWS_PER_FILE, MessagesFactory, message_rows
 
 from lakepubsub import errors
 from lakepubsub.spark import SOURCE_NAME
