@@ -21,4 +21,7 @@ def test_quickstart_python_block(emulator: Serve, tmp_path: Path) -> None:
         [sys.executable, str(script)], check=False, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
-    assert sorted(done.stdout.splitlines()) == ["b'click' /cart", "b'click' /home"]
+    # Callbacks run on several threads, so their printed lines may interleave.
+    assert done.stdout.count("b'click'") == 2
+    assert "/home" in done.stdout
+    assert "/cart" in done.stdout
