@@ -370,12 +370,11 @@ class Engine:
         max_messages: int,
         return_immediately: bool = False,
         ack_deadline_s: int | None = None,
-        wait_s: float | None = None,
     ) -> Future[list[ReceivedMessage]]:
         """Lease up to ``max_messages`` messages (and truncation events) for the ack deadline.
 
         Without ``return_immediately`` a pull with nothing to deliver waits up to
-        ``settings.pull_wait_s`` (or ``wait_s``) for something to arrive.
+        ``settings.pull_wait_s`` for something to arrive.
         ``ack_deadline_s`` leases what it gets for that long instead of the
         subscription's ack deadline (a StreamingPull stream's own deadline).
         Delivery is at least once: a message whose lease expires or is nacked is
@@ -394,8 +393,6 @@ class Engine:
                 f"{constants.MAX_ACK_DEADLINE_S} seconds"
             )
         wait = 0.0 if return_immediately else self.settings.pull_wait_s
-        if wait_s is not None and not return_immediately:
-            wait = wait_s
         count = min(max_messages, constants.MAX_PULL_MESSAGES)
         return self._submit(
             name, lambda: PullRequest(count, time.monotonic() + wait, ack_deadline_s)

@@ -10,9 +10,8 @@ through the mappings both doors share (``api.convert``).
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import grpc
 from google.iam.v1 import iam_policy_pb2, policy_pb2
@@ -25,16 +24,10 @@ from api import auth, convert, snapshots, subscriptions, topics
 from api import models as m
 from api.grpc.door import Call, GrpcDoor, Handler, as_dict, from_json, unary
 from api.grpc.streaming import streaming_pull_handler
+from api.grpc.wire import add_received, pb, subscription_name, topic_name
 from lakepubsub import batches, errors
 from lakepubsub.iam import Resource
-from lakepubsub.messages import ReceivedMessage
 from lakepubsub.names import SnapshotName, SubscriptionName, TopicName, validate_project
-
-
-def pb(wrapper: Any) -> type[Message]:
-    """The raw protobuf class that google-cloud-pubsub ships inside a proto-plus type."""
-    return cast("type[Message]", wrapper.pb())
-
 
 # The raw protobuf classes (faster than their proto-plus wrappers).
 Topic = pb(ps.Topic)
@@ -45,16 +38,6 @@ Empty = empty_pb2.Empty
 PUBLISHER = "google.pubsub.v1.Publisher"
 SUBSCRIBER = "google.pubsub.v1.Subscriber"
 IAM_POLICY = "google.iam.v1.IAMPolicy"
-
-
-@functools.lru_cache(maxsize=4096)
-def _topic(path: str) -> TopicName:
-    return TopicName.parse(path)
-
-
-@functools.lru_cache(maxsize=4096)
-def subscription_name(path: str) -> SubscriptionName:
-    return SubscriptionName.parse(path)
 
 
 def _project(path: str) -> str:
@@ -82,38 +65,11 @@ async def _rest(route: Callable[..., Response], *args: Any) -> bytes:
     return bytes(response.body)
 
 
-def add_received(repeated: Any, received: list[ReceivedMessage]) -> None:
-    """Append deliveries to a ``repeated ReceivedMessage`` field, filling each in place
-    (a fifth of the CPU of building the messages and copying them in). A truncation
-    event is a message without data whose attributes describe it, as on the REST door."""
-    add = repeated.add
-    for r in received:
-        item = add(ack_id=r.ack_id, delivery_attempt=r.delivery_attempt)
-        message = item.message
-        msg = r.message
-        if msg is None:
-            assert r.event is not None
-            message.message_id = convert.event_message_id(r.ack_id)
-            us = r.event.time_us
-            message.attributes.update(convert.event_attributes(r.event))
-        else:
-            message.data = msg.data
-            message.message_id = msg.message_id
-            us = msg.publish_time_us
-            if msg.attributes:
-                message.attributes.update(msg.attributes)
-            if msg.ordering_key:
-                message.ordering_key = msg.ordering_key
-        stamp = message.publish_time
-        stamp.seconds = us // 1_000_000
-        stamp.nanos = (us % 1_000_000) * 1000
-
-
 # -- Publisher ---------------------------------------------------------------------------------
 
 
 async def create_topic(door: GrpcDoor, request: Any, call: Call) -> Message:
-    name = _topic(request.name)
+    name = topic_name(request.name)
     await call.check("create_topic", _topic_params(name))
     body = m.TopicBody.model_validate(as_dict(request))
     raw = await _rest(topics.create_topic, name.project, name.id, door.engine, body)
@@ -121,7 +77,7 @@ async def create_topic(door: GrpcDoor, request: Any, call: Call) -> Message:
 
 
 async def update_topic(door: GrpcDoor, request: Any, call: Call) -> Message:
-    name = _topic(request.topic.name)
+    name = topic_name(request.topic.name)
     await call.check("update_topic", _topic_params(name))
     body = m.UpdateTopicRequest.model_validate(as_dict(request))
     raw = await _rest(topics.update_topic, name.project, name.id, body, door.engine)
@@ -129,7 +85,7 @@ async def update_topic(door: GrpcDoor, request: Any, call: Call) -> Message:
 
 
 async def get_topic(door: GrpcDoor, request: Any, call: Call) -> Message:
-    name = _topic(request.topic)
+    name = topic_name(request.topic)
     await call.check("get_topic", _topic_params(name))
     return from_json(await _rest(topics.get_topic, name.project, name.id, door.engine), Topic)
 
@@ -144,7 +100,7 @@ async def list_topics(door: GrpcDoor, request: Any, call: Call) -> Message:
 
 
 async def list_topic_subscriptions(door: GrpcDoor, request: Any, call: Call) -> Message:
-    name = _topic(request.topic)
+    name = topic_name(request.topic)
     await call.check("list_topic_subscriptions", _topic_params(name))
     raw = await _rest(
         topics.list_topic_subscriptions,
@@ -158,14 +114,14 @@ async def list_topic_subscriptions(door: GrpcDoor, request: Any, call: Call) -> 
 
 
 async def list_topic_snapshots(door: GrpcDoor, request: Any, call: Call) -> Message:
-    name = _topic(request.topic)
+    name = topic_name(request.topic)
     await call.check("list_topic_snapshots", _topic_params(name))
     raw = await _rest(topics.list_topic_snapshots, name.project, name.id, door.engine)
     return from_json(raw, pb(ps.ListTopicSnapshotsResponse))
 
 
 async def delete_topic(door: GrpcDoor, request: Any, call: Call) -> Message:
-    name = _topic(request.topic)
+    name = topic_name(request.topic)
     await call.check("delete_topic", _topic_params(name))
     await _rest(topics.delete_topic, name.project, name.id, door.engine)
     return Empty()
@@ -180,7 +136,7 @@ async def detach_subscription(door: GrpcDoor, request: Any, call: Call) -> Messa
 
 async def publish(door: GrpcDoor, request: Any, call: Call) -> Message:
     """Answered once every message is committed to the topic's table."""
-    name = _topic(request.topic)
+    name = topic_name(request.topic)
     await call.check("publish", _topic_params(name))
     messages = request.messages
     batch = batches.checked(

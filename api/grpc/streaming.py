@@ -22,18 +22,17 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 from google.pubsub_v1.types import pubsub as ps
 
+from api.grpc.door import GRPC_REQUESTS, Call, GrpcDoor, abort, failure_of, parse
+from api.grpc.wire import add_received, subscription_name
 from lakepubsub import constants, errors
 from lakepubsub.ackids import AckId
 from lakepubsub.leases import INVALID_ACK_ID
 from lakepubsub.messages import ReceivedMessage
-
-if TYPE_CHECKING:
-    from api.grpc.door import Call, GrpcDoor
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +84,6 @@ class Stream:
     """One StreamingPull call."""
 
     def __init__(self, door: GrpcDoor, context: Any, first: Any, sub: Any) -> None:
-        from api.grpc.services import subscription_name
-
         self.door = door
         self.context = context
         self.name = subscription_name(first.subscription)
@@ -185,8 +182,6 @@ class Stream:
     async def _send(self, received: list[ReceivedMessage]) -> None:
         if not received:
             return
-        from api.grpc.services import add_received
-
         until = time.monotonic() + self.deadline_s
         for r in received:
             size = r.message.size if r.message is not None else 0
@@ -280,8 +275,6 @@ def _deadline(seconds: int) -> int:
 
 
 def streaming_pull_handler(door: GrpcDoor) -> grpc.RpcMethodHandler[Any, Any]:
-    from api.grpc.door import GRPC_REQUESTS, Call, abort, failure_of, parse
-
     method = "google.pubsub.v1.Subscriber/StreamingPull"
 
     async def requests_of(raw: AsyncIterator[bytes]) -> AsyncIterator[Any]:
@@ -297,8 +290,6 @@ def streaming_pull_handler(door: GrpcDoor) -> grpc.RpcMethodHandler[Any, Any]:
             if not first.subscription:
                 raise errors.InvalidArgument("the first request must name a subscription")
             stream_call: Call = Call(door, context)
-            from api.grpc.services import subscription_name
-
             name = subscription_name(first.subscription)
             await stream_call.check("pull", {"project": name.project, "subscription": name.id})
             sub = await asyncio.to_thread(door.engine.get_subscription, name)
