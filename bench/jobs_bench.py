@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -41,6 +40,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.transaction import AddAction
 
+from bench.ports import free_port, wait_for_port
 from jobs import compact, truncate
 from jobs.common import FileStats, JobContext
 from lakepubsub import Engine, Settings, schemas
@@ -146,7 +146,7 @@ class Api:
     """The REST API on the lake, in its own process."""
 
     def __init__(self, lake: str) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         env = {**os.environ, "LAKEPUBSUB_LAKE": lake, "LAKEPUBSUB_PUSH": "false"}
         self.process = subprocess.Popen(
             [
@@ -155,7 +155,7 @@ class Api:
             ],
             env=env,
         )
-        _wait_for(self.port)
+        wait_for_port(self.port)
         self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=60)
 
     def publish(self, topic: TopicName, latency: Latency) -> None:
@@ -173,23 +173,6 @@ class Api:
         self.client.close()
         self.process.terminate()
         self.process.wait(timeout=30)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_for(port: int, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise TimeoutError(f"the API did not start on port {port}")
 
 
 def measure(api: Api, topic: TopicName, count: int) -> Latency:

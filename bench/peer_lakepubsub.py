@@ -66,6 +66,7 @@ import httpx
 import orjson
 
 from bench import workload as w
+from bench.ports import free_port
 from bench.procstats import ProcessMeter, ProcessUsage
 
 SYSTEM = "lakepubsub"
@@ -133,14 +134,6 @@ class BenchError(RuntimeError):
 # --- storage: moto S3 with a request count ------------------------------------
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class MotoS3:
     """A moto S3 server subprocess with one bucket; counts requests from its log."""
 
@@ -156,7 +149,7 @@ class MotoS3:
     def __enter__(self) -> MotoS3:
         import boto3
 
-        port = _free_port()
+        port = free_port()
         with self.log_path.open("wb") as log:
             self._process = subprocess.Popen(
                 [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],

@@ -52,6 +52,7 @@ import orjson
 
 from bench import peer_lakepubsub as lps
 from bench import workload as w
+from bench.ports import free_port
 from bench.procstats import ProcessMeter
 
 RESULTS = Path(__file__).parent / "results"
@@ -103,7 +104,7 @@ class Server(lps.LakePubSubServer):
 
     def _start(self, directory: Path) -> None:
         self.lake = str(directory / "lake")
-        port = lps._free_port()
+        port = free_port()
         # As the peer's server: no inherited LAKEPUBSUB_* setting reaches it.
         env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEPUBSUB_")}
         command = [sys.executable, "-m", "lakepubsub.cli", "--lake", self.lake, "serve"]

@@ -25,7 +25,7 @@ def moto_server() -> Iterator[MotoServer]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        wait_for_port(port)
+        wait_for_port(port, process=proc)
         endpoint = f"http://127.0.0.1:{port}"
         bucket = "lakepubsub-test"
         boto3.client(

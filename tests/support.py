@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 
 import httpx
 
+from bench.ports import free_port, wait_for_port
 from lakepubsub import Settings
 
 S3_CREDENTIALS = {
@@ -19,23 +18,6 @@ S3_CREDENTIALS = {
     "AWS_REGION": "us-east-1",
     "AWS_ALLOW_HTTP": "true",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_for_port(port: int, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"nothing listening on 127.0.0.1:{port}")
 
 
 @dataclass(frozen=True)
@@ -93,8 +75,8 @@ def start_server(lake: LakeSpec, *, extra_env: dict[str, str] | None = None) -> 
         env=env,
     )  # fmt: skip
     try:
-        wait_for_port(port)
-    except TimeoutError:
+        wait_for_port(port, process=process)
+    except (TimeoutError, RuntimeError):
         process.kill()
         raise
     return Server(f"http://127.0.0.1:{port}", lake, process)

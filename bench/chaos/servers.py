@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -17,6 +16,8 @@ from pathlib import Path
 
 import httpx
 
+from bench.ports import free_port, wait_for_port
+
 REPO = Path(__file__).resolve().parents[2]
 S3_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -27,23 +28,6 @@ S3_CREDENTIALS = {
 BUCKET = "lakepubsub-chaos"
 # How long a server may take to start serving (imports pyarrow, deltalake, FastAPI).
 START_TIMEOUT_S = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_for_port(port: int, timeout_s: float = START_TIMEOUT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"nothing listening on 127.0.0.1:{port}")
 
 
 @dataclass(frozen=True)
@@ -84,7 +68,7 @@ def moto_server() -> Iterator[str]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        wait_for_port(port)
+        wait_for_port(port, process=proc)
         endpoint = f"http://127.0.0.1:{port}"
         boto3.client(
             "s3",

@@ -59,8 +59,8 @@ def start_serve(
             stderr=subprocess.STDOUT,
         )
     try:
-        wait_for_port(port)
-    except TimeoutError:
+        wait_for_port(port, process=process)
+    except (TimeoutError, RuntimeError):
         process.kill()
         raise
     return Serve(lake, port, process, log_path)
