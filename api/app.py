@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 import lakepubsub
-from api import auth, errors, models, snapshots, subscriptions, topics
+from api import auth, errors, models, schemas, snapshots, subscriptions, topics
 from api.deps import EngineDep, json_response
 from api.grpc import GrpcDoor, oneport
 from api.middleware import LimitBody, Metrics
@@ -68,6 +68,7 @@ def create_app(engine: Engine | None = None, *, grpc: bool | None = None) -> Fas
     app.include_router(topics.router)
     app.include_router(subscriptions.router)
     app.include_router(snapshots.router)
+    app.include_router(schemas.router)
     app.add_middleware(Metrics)
     app.add_middleware(LimitBody)
     _add_operational_routes(app)

@@ -55,7 +55,7 @@ from lakepubsub.iam import (
     role_name,
     validate_member,
 )
-from lakepubsub.names import SnapshotName, SubscriptionName, TopicName
+from lakepubsub.names import SchemaName, SnapshotName, SubscriptionName, TopicName
 from lakepubsub.push.oidc import published_keys
 from lakepubsub.push.settings import PushSettings
 
@@ -263,6 +263,11 @@ def _snap(p: Params) -> Resource:
     return Resource(cat.SNAPSHOT, p["project"], p["snapshot"])
 
 
+def _schema(p: Params) -> Resource:
+    # A path may name one revision (``s@c7cfa2a8``); permissions are the schema's.
+    return Resource("schema", p["project"], p["schema"].partition("@")[0])
+
+
 def _values(doc: Any, path: str) -> Iterator[Any]:
     """The values at a dotted camelCase path of a JSON body, under either spelling
     of each key that the API accepts (``deadLetterPolicy``, ``dead_letter_policy``)."""
@@ -325,10 +330,21 @@ def _dead_letter(path: str) -> BodyCheck:
     return ("pubsub.topics.publish", path, TopicName.parse, cat.TOPIC)
 
 
+def _attach_schema(path: str) -> BodyCheck:
+    # Naming a schema in a topic's schemaSettings attaches it (Pub/Sub asks the same).
+    return ("pubsub.schemas.attach", path, SchemaName.parse, "schema")
+
+
 RULES: dict[str, Rule] = {
-    "create_topic": _rule(("pubsub.topics.create", _project)),
+    "create_topic": Rule(
+        path=(("pubsub.topics.create", _project),),
+        body=(_attach_schema("schemaSettings.schema"),),
+    ),
     "get_topic": _rule(("pubsub.topics.get", _topic)),
-    "update_topic": _rule(("pubsub.topics.update", _topic)),
+    "update_topic": Rule(
+        path=(("pubsub.topics.update", _topic),),
+        body=(_attach_schema("topic.schemaSettings.schema"),),
+    ),
     "delete_topic": _rule(("pubsub.topics.delete", _topic)),
     "list_topics": _rule(("pubsub.topics.list", _project)),
     "list_topic_subscriptions": _rule(("pubsub.topics.get", _topic)),
@@ -374,6 +390,16 @@ RULES: dict[str, Rule] = {
     "update_snapshot": _rule(("pubsub.snapshots.update", _snap)),
     "delete_snapshot": _rule(("pubsub.snapshots.delete", _snap)),
     "list_snapshots": _rule(("pubsub.snapshots.list", _project)),
+    "create_schema": _rule(("pubsub.schemas.create", _project)),
+    "get_schema": _rule(("pubsub.schemas.get", _schema)),
+    "list_schemas": _rule(("pubsub.schemas.list", _project)),
+    "list_schema_revisions": _rule(("pubsub.schemas.listRevisions", _schema)),
+    "commit_schema": _rule(("pubsub.schemas.commit", _schema)),
+    "rollback_schema": _rule(("pubsub.schemas.rollback", _schema)),
+    "delete_schema_revision": _rule(("pubsub.schemas.delete", _schema)),
+    "delete_schema": _rule(("pubsub.schemas.delete", _schema)),
+    "validate_schema": _rule(("pubsub.schemas.validate", _project)),
+    "validate_message": _rule(("pubsub.schemas.validate", _project)),
     "project_get_iam_policy": _rule(("pubsub.projects.getIamPolicy", _project)),
     "project_set_iam_policy": _rule(("pubsub.projects.setIamPolicy", _project)),
     "project_test_iam_permissions": Rule(),

@@ -26,7 +26,7 @@ from lakepubsub.subscriptions import (
     Subscription,
     TruncationPolicy,
 )
-from lakepubsub.topics import Topic
+from lakepubsub.topics import SchemaSettings, Topic
 
 _DURATION = re.compile(r"(-?\d+(?:\.\d{1,9})?)s")
 EVENT_ATTRIBUTE = "lakepubsub.event"
@@ -110,11 +110,53 @@ def topic_from_body(name: TopicName, body: m.TopicBody) -> Topic:
         if body.message_retention_duration
         else None
     )
-    return Topic(name, labels=body.labels, message_retention_s=retention)
+    return Topic(
+        name,
+        labels=body.labels,
+        message_retention_s=retention,
+        schema_settings=schema_settings(body.schema_settings),
+    )
+
+
+# protobuf enums in JSON: the value's name, or its number (Google's REST clients
+# send ``enum-encoding=int``).
+ENCODINGS = ("ENCODING_UNSPECIFIED", "JSON", "BINARY")
+
+
+def enum_name(value: str | int | None, names: tuple[str, ...], field: str) -> str:
+    """The name of a protobuf enum value given by name or number; index 0 when absent."""
+    if value is None or value == "":
+        return names[0]
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(names):
+        return names[value]
+    if isinstance(value, str) and value in names:
+        return value
+    raise errors.InvalidArgument(f"{field}: invalid value {value!r}; expected one of {names}")
+
+
+def schema_settings(body: m.SchemaSettingsBody | None) -> SchemaSettings | None:
+    """A topic's schema settings; None when absent or all empty (no schema)."""
+    if body is None:
+        return None
+    encoding = enum_name(body.encoding, ENCODINGS, "schemaSettings.encoding")
+    if not (body.schema_ or body.first_revision_id or body.last_revision_id) and (
+        encoding == ENCODINGS[0]
+    ):
+        return None
+    return SchemaSettings(
+        body.schema_,
+        # Pub/Sub validates an unspecified encoding as JSON.
+        "JSON" if encoding == ENCODINGS[0] else encoding,
+        body.first_revision_id,
+        body.last_revision_id,
+    )
 
 
 def topic_changes(body: m.TopicBody) -> dict[str, Any]:
-    changes: dict[str, Any] = {"labels": body.labels}
+    changes: dict[str, Any] = {
+        "labels": body.labels,
+        "schema_settings": schema_settings(body.schema_settings),
+    }
     if body.message_retention_duration:
         changes["message_retention_s"] = int(
             parse_duration_s(body.message_retention_duration, "messageRetentionDuration")
@@ -122,11 +164,21 @@ def topic_changes(body: m.TopicBody) -> dict[str, Any]:
     return changes
 
 
-_TOPIC_MASK = {"labels": "labels", "message_retention_duration": "message_retention_s"}
+_TOPIC_MASK = {
+    "labels": "labels",
+    "message_retention_duration": "message_retention_s",
+    "schema_settings": "schema_settings",
+}
 
 
 def topic_mask(mask: str) -> list[str]:
-    return _mask(mask, _TOPIC_MASK, "topic")
+    """Core field names; ``schema_settings.<field>`` paths keep their field."""
+    roots = _mask(mask, _TOPIC_MASK, "topic")
+    paths = [_snake(p.strip()) for p in mask.split(",") if p.strip()]
+    return [
+        path if root == "schema_settings" and "." in path else root
+        for root, path in zip(roots, paths, strict=True)
+    ]
 
 
 def topic_body(topic: Topic) -> dict[str, Any]:
@@ -135,6 +187,14 @@ def topic_body(topic: Topic) -> dict[str, Any]:
         body["labels"] = dict(topic.labels)
     if topic.message_retention_s is not None:
         body["messageRetentionDuration"] = format_duration(topic.message_retention_s)
+    if topic.schema_settings is not None:
+        settings = topic.schema_settings
+        out = {"schema": settings.schema, "encoding": settings.encoding}
+        if settings.first_revision_id:
+            out["firstRevisionId"] = settings.first_revision_id
+        if settings.last_revision_id:
+            out["lastRevisionId"] = settings.last_revision_id
+        body["schemaSettings"] = out
     return body
 
 

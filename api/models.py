@@ -29,12 +29,20 @@ class ErrorResponse(Model):
 # -- topics -----------------------------------------------------------------------------
 
 
+class SchemaSettingsBody(Model):
+    schema_: str = Field(default="", alias="schema", description="projects/{p}/schemas/{s}")
+    encoding: str | int | None = Field(default=None, description="JSON (default) or BINARY")
+    first_revision_id: str = ""
+    last_revision_id: str = ""
+
+
 class TopicBody(Model):
     name: str = ""
     labels: dict[str, str] = Field(default_factory=dict)
     message_retention_duration: str | None = Field(
         default=None, description='Duration like "86400s"; messages are kept at least this long'
     )
+    schema_settings: SchemaSettingsBody | None = None
 
 
 class UpdateTopicRequest(Model):

@@ -127,3 +127,13 @@ ACTIVITY_RESOLUTION_S = 3600
 
 # Microseconds per second, for the *_us timestamp columns.
 US_PER_S = 1_000_000
+
+# Pub/Sub's schema limits: a definition of at most 300 KB, at most 20 revisions
+# per schema and 10,000 schemas per project.
+MAX_SCHEMA_DEFINITION_BYTES = 300 * 1024
+MAX_SCHEMA_REVISIONS = 20
+MAX_SCHEMAS_PER_PROJECT = 10_000
+# Compiled schema revisions a process keeps (publish validates against them).
+COMPILED_SCHEMAS_CACHED = 256
+# protoc (grpcio-tools) compiling one .proto definition gets this long.
+PROTOC_TIMEOUT_S = 30.0

@@ -7,7 +7,6 @@ version, so any number of engines (processes) can serve one lake at once.
 
 from __future__ import annotations
 
-import base64
 import logging
 import threading
 import time
@@ -35,18 +34,17 @@ from lakepubsub.delivery import (
 from lakepubsub.labels import validate_labels
 from lakepubsub.messages import PublishMessage, ReceivedMessage, TruncationEvent
 from lakepubsub.names import SnapshotName, SubscriptionName, TopicName, validate_project
+from lakepubsub.paging import page as _page
 from lakepubsub.publisher import TopicPublisher
+from lakepubsub.schema_registry import SchemaRegistry
 from lakepubsub.settings import Settings
 from lakepubsub.snapshots import SNAPSHOT_LIFETIME_US, Snapshot
 from lakepubsub.subscriptions import Subscription
 from lakepubsub.topic_table import MessagesTable
-from lakepubsub.topics import Topic
+from lakepubsub.topics import SchemaSettings, Topic
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-DEFAULT_PAGE_SIZE = 100
-MAX_PAGE_SIZE = 1_000
 
 
 def _now_us() -> int:
@@ -60,6 +58,7 @@ class Engine:
         self.settings = settings or Settings.from_env()
         self.lake = Lake(self.settings)
         self.catalog = cat.Catalog(self.lake)
+        self.schemas = SchemaRegistry(self.catalog)
         self._lock = threading.Lock()
         self._publishers: dict[str, TopicPublisher] = {}
         self._dispatchers: dict[str, Dispatcher] = {}
@@ -102,6 +101,7 @@ class Engine:
         def change(view: cat.View) -> tuple[cat.Changes, None]:
             if _taken(view, entry):
                 raise errors.AlreadyExists(f"Topic already exists: {topic.name}")
+            self.schemas.check_settings(view, topic.schema_settings)
             return cat.Changes(put=[entry]), None
 
         self._register(entry, change, "topics")
@@ -124,6 +124,8 @@ class Engine:
             if entry is None:
                 raise errors.NotFound(f"Topic not found: {name}")
             topic = _topic(entry).updated(changes, mask)
+            if any(f.startswith("schema_settings") for f in mask):
+                self.schemas.check_settings(view, topic.schema_settings)
             new = replace(entry, spec=topic.spec(), updated_us=_now_us())
             return cat.Changes(put=[new]), topic
 
@@ -165,8 +167,12 @@ class Engine:
         return self.publish_batch_future(name, from_messages(messages))
 
     def publish_batch_future(self, name: TopicName, batch: Batch) -> Future[list[str]]:
-        """As ``publish_future``, for a batch already built and checked (``batches``)."""
+        """As ``publish_future``, for a batch already built and checked (``batches``).
+        On a topic with a schema, every message must conform, or nothing is published."""
         entry = self._topic_entry(name, fresh=False)
+        settings = SchemaSettings.from_spec(entry.spec.get("schema_settings"))
+        if settings is not None:
+            batch = self.schemas.conform(self._view(False), name, settings, batch)
         return self._publisher(entry.uid).submit(batch)
 
     def publish_needs_no_io(self) -> bool:
@@ -645,22 +651,3 @@ def _subscription(entry: cat.Entry) -> Subscription:
         entry.created_us,
         entry.spec,
     )
-
-
-def _page(entries: list[cat.Entry], page_size: int, page_token: str) -> tuple[list[cat.Entry], str]:
-    """A page of entries sorted by name, after the one the token names."""
-    if page_size < 0:
-        raise errors.InvalidArgument("pageSize must not be negative")
-    size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
-    start = 0
-    if page_token:
-        try:
-            after = base64.urlsafe_b64decode(page_token.encode()).decode()
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise errors.InvalidArgument("Invalid pageToken") from exc
-        names = [e.name for e in entries]
-        start = next((i for i, n in enumerate(names) if n > after), len(entries))
-    page = entries[start : start + size]
-    more = start + size < len(entries)
-    token = base64.urlsafe_b64encode(page[-1].name.encode()).decode() if more else ""
-    return page, token

@@ -41,6 +41,9 @@ _VIEW = frozenset(
         "pubsub.subscriptions.list",
         "pubsub.snapshots.get",
         "pubsub.snapshots.list",
+        "pubsub.schemas.get",
+        "pubsub.schemas.list",
+        "pubsub.schemas.listRevisions",
     }
 )
 _PUBLISH = frozenset({"pubsub.topics.publish"})
@@ -59,6 +62,12 @@ _EDIT = frozenset(
         "pubsub.snapshots.create",
         "pubsub.snapshots.update",
         "pubsub.snapshots.delete",
+        "pubsub.schemas.create",
+        "pubsub.schemas.attach",
+        "pubsub.schemas.commit",
+        "pubsub.schemas.rollback",
+        "pubsub.schemas.delete",
+        "pubsub.schemas.validate",
     }
 )
 _ADMIN = frozenset(

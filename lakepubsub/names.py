@@ -1,4 +1,4 @@
-"""Resource names: ``projects/{project}/topics|subscriptions|snapshots/{id}``."""
+"""Resource names: ``projects/{project}/topics|subscriptions|snapshots|schemas/{id}``."""
 
 from __future__ import annotations
 
@@ -85,3 +85,8 @@ class SubscriptionName(ResourceName):
 class SnapshotName(ResourceName):
     collection = "snapshots"
     kind = "snapshot"
+
+
+class SchemaName(ResourceName):
+    collection = "schemas"
+    kind = "schema"

@@ -1,4 +1,5 @@
-"""google.pubsub.v1 Publisher and Subscriber, and google.iam.v1 IAMPolicy, as gRPC methods.
+"""google.pubsub.v1 Publisher and Subscriber, and google.iam.v1 IAMPolicy, as gRPC methods
+(SchemaService: ``api/grpc/schema_service.py``).
 
 Administrative methods translate the request into the REST door's body and
 call the same route function, then turn its JSON answer into the response
@@ -70,16 +71,18 @@ async def _rest(route: Callable[..., Response], *args: Any) -> bytes:
 
 async def create_topic(door: GrpcDoor, request: Any, call: Call) -> Message:
     name = topic_name(request.name)
-    await call.check("create_topic", _topic_params(name))
-    body = m.TopicBody.model_validate(as_dict(request))
+    doc = as_dict(request)
+    await call.check("create_topic", _topic_params(name), doc)
+    body = m.TopicBody.model_validate(doc)
     raw = await _rest(topics.create_topic, name.project, name.id, door.engine, body)
     return from_json(raw, Topic)
 
 
 async def update_topic(door: GrpcDoor, request: Any, call: Call) -> Message:
     name = topic_name(request.topic.name)
-    await call.check("update_topic", _topic_params(name))
-    body = m.UpdateTopicRequest.model_validate(as_dict(request))
+    doc = as_dict(request)
+    await call.check("update_topic", _topic_params(name), doc)
+    body = m.UpdateTopicRequest.model_validate(doc)
     raw = await _rest(topics.update_topic, name.project, name.id, body, door.engine)
     return from_json(raw, Topic)
 
@@ -410,8 +413,10 @@ _METHODS: dict[str, dict[str, tuple[type[Message], Handler]]] = {
 
 def handlers(door: GrpcDoor) -> list[grpc.GenericRpcHandler]:
     """Every service's method handlers; an unknown method answers UNIMPLEMENTED."""
+    from api.grpc.schema_service import METHODS as SCHEMA_METHODS
+
     out: list[grpc.GenericRpcHandler] = []
-    for service, methods in _METHODS.items():
+    for service, methods in {**_METHODS, **SCHEMA_METHODS}.items():
         table: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
             method: unary(door, f"{service}/{method}", request_type, handler)
             for method, (request_type, handler) in methods.items()

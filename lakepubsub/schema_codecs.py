@@ -1,0 +1,283 @@
+"""Schema definitions, compiled once, and messages checked against them.
+
+Avro definitions are checked by Apache Avro's own parser (``avro``), which also
+judges whether two revisions are compatible; messages are decoded with
+fastavro, binary and JSON (Avro's JSON encoding, unions as ``{"type": value}``).
+Protocol Buffer definitions are compiled by protoc (grpcio-tools) into a
+``FileDescriptorSet``; messages are parsed by the protobuf runtime, binary or
+in protobuf's JSON mapping. Nothing here encodes or decodes by hand.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any
+
+import avro.compatibility
+import avro.errors
+import avro.schema
+import fastavro
+import fastavro.validation
+import orjson
+from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import DecodeError, Message
+
+from lakepubsub import constants, errors
+
+AVRO = "AVRO"
+PROTOCOL_BUFFER = "PROTOCOL_BUFFER"
+TYPES = (PROTOCOL_BUFFER, AVRO)
+JSON = "JSON"
+BINARY = "BINARY"
+ENCODINGS = (JSON, BINARY)
+# The file name a .proto definition is compiled under (it appears in protoc's messages).
+PROTO_FILE = "schema.proto"
+
+
+@dataclass(frozen=True, eq=False)
+class Compiled:
+    """One definition, ready to check messages. ``descriptor_set`` (protobuf) is a
+    serialized ``FileDescriptorSet`` and ``message_name`` its one top-level message."""
+
+    schema_type: str
+    definition: str
+    avro: Any = None
+    descriptor_set: bytes = b""
+    message_name: str = ""
+    message_class: type[Message] | None = field(default=None, repr=False)
+
+    def problem(self, data: bytes, encoding: str) -> str | None:
+        """Why ``data`` is not a message of this schema in ``encoding``; None if it is."""
+        if self.schema_type == AVRO:
+            return _avro_problem(self.avro, data, encoding)
+        assert self.message_class is not None
+        return _proto_problem(self.message_class, data, encoding)
+
+    def to_binary(self, text: bytes) -> bytes:
+        """A JSON-encoded message as the same message in binary (for the typed views)."""
+        if self.schema_type == AVRO:
+            record = _avro_json(self.avro, text)
+            out = io.BytesIO()
+            fastavro.schemaless_writer(out, self.avro, record)
+            return out.getvalue()
+        assert self.message_class is not None
+        message = self.message_class()
+        json_format.Parse(text, message)
+        return message.SerializeToString()
+
+
+def compile_definition(schema_type: str, definition: str) -> Compiled:
+    """The compiled definition; ``InvalidArgument`` saying what is wrong with it."""
+    if schema_type not in TYPES:
+        raise errors.InvalidArgument(
+            f"schema.type must be AVRO or PROTOCOL_BUFFER, not {schema_type or 'unspecified'}"
+        )
+    if not isinstance(definition, str) or not definition.strip():
+        raise errors.InvalidArgument("schema.definition is required")
+    size = len(definition.encode())
+    if size > constants.MAX_SCHEMA_DEFINITION_BYTES:
+        raise errors.InvalidArgument(
+            f"schema.definition is {size} bytes; the limit is "
+            f"{constants.MAX_SCHEMA_DEFINITION_BYTES}"
+        )
+    return _compiled(schema_type, definition)
+
+
+@functools.lru_cache(maxsize=constants.COMPILED_SCHEMAS_CACHED)
+def _compiled(schema_type: str, definition: str) -> Compiled:
+    if schema_type == AVRO:
+        return Compiled(AVRO, definition, avro=_parse_avro(definition))
+    descriptor_set, name, cls = _compile_proto(definition)
+    return Compiled(
+        PROTOCOL_BUFFER,
+        definition,
+        descriptor_set=descriptor_set,
+        message_name=name,
+        message_class=cls,
+    )
+
+
+def check_revision(previous: Compiled, new: Compiled) -> None:
+    """Pub/Sub's rule for a new revision of a schema: ``InvalidArgument`` unless allowed.
+
+    Avro: the new revision must resolve with the previous one both as reader
+    and as writer (Avro's schema resolution, judged by Apache Avro's checker).
+    Protocol Buffers: optional fields may be added or removed; no other field
+    may be added, removed or changed.
+    """
+    if previous.schema_type != new.schema_type:
+        raise errors.InvalidArgument(
+            f"A revision must have the schema's type ({previous.schema_type}), "
+            f"not {new.schema_type}"
+        )
+    if new.schema_type == AVRO:
+        checker = avro.compatibility.ReaderWriterCompatibilityChecker()  # type: ignore[no-untyped-call]
+        old, now = avro.schema.parse(previous.definition), avro.schema.parse(new.definition)
+        for reader, writer, role in ((now, old, "reader"), (old, now, "writer")):
+            result = checker.get_compatibility(reader, writer)
+            if result.compatibility is not avro.compatibility.SchemaCompatibilityType.compatible:
+                kinds = ", ".join(sorted(i.value for i in result.incompatibilities))
+                found = f"{kinds} ({', '.join(sorted(result.messages))})"
+                raise errors.InvalidArgument(
+                    f"The new revision is not compatible with the latest revision as {role} "
+                    f"schema: {found}"
+                )
+        return
+    assert previous.message_class is not None and new.message_class is not None
+    problems = _proto_changes(previous.message_class.DESCRIPTOR, new.message_class.DESCRIPTOR)
+    if problems:
+        raise errors.InvalidArgument(
+            "The new revision is not compatible with the latest revision: " + "; ".join(problems)
+        )
+
+
+# -- Avro --------------------------------------------------------------------------------------
+
+
+def _parse_avro(definition: str) -> Any:
+    try:
+        avro.schema.parse(definition)  # the reference implementation's verdict
+        return fastavro.parse_schema(orjson.loads(definition))
+    except (avro.errors.AvroException, orjson.JSONDecodeError, ValueError, TypeError) as exc:
+        raise errors.InvalidArgument(f"Invalid Avro schema definition: {exc}") from exc
+
+
+def _avro_problem(schema: Any, data: bytes, encoding: str) -> str | None:
+    try:
+        if encoding == BINARY:
+            stream = io.BytesIO(data)
+            fastavro.schemaless_reader(stream, schema, None)
+            if stream.tell() != len(data):
+                return f"{len(data) - stream.tell()} bytes left after the Avro record"
+            return None
+        fastavro.validation.validate(_avro_json(schema, data), schema, raise_errors=True)
+    except Exception as exc:  # fastavro raises many kinds on malformed input
+        return f"not a valid {encoding} Avro message: {_short(exc)}"
+    return None
+
+
+def _avro_json(schema: Any, text: bytes) -> Any:
+    """One record in Avro's JSON encoding (fastavro reads JSON lines: re-dump to one line)."""
+    doc = orjson.loads(text)
+    records = list(fastavro.json_reader(io.StringIO(orjson.dumps(doc).decode()), schema))
+    if len(records) != 1:
+        raise ValueError("expected one JSON value")
+    return records[0]
+
+
+# -- Protocol Buffers ---------------------------------------------------------------------------
+
+
+def _compile_proto(definition: str) -> tuple[bytes, str, type[Message]]:
+    """protoc, as a subprocess: its diagnostics go to stderr, which a call in this
+    process could not capture without redirecting the whole process's stderr."""
+    with tempfile.TemporaryDirectory(prefix="lakepubsub-proto-") as tmp:
+        with open(os.path.join(tmp, PROTO_FILE), "w", encoding="utf-8") as out:
+            out.write(definition)
+        target = os.path.join(tmp, "schema.desc")
+        try:
+            run = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "grpc_tools.protoc",
+                    f"-I{tmp}",
+                    f"--descriptor_set_out={target}",
+                    PROTO_FILE,
+                ],
+                capture_output=True,
+                timeout=constants.PROTOC_TIMEOUT_S,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise errors.InvalidArgument(
+                "Invalid Protocol Buffer schema: protoc timed out"
+            ) from exc
+        if run.returncode != 0:
+            found = run.stderr.decode(errors="replace").strip().replace(tmp + os.sep, "")
+            raise errors.InvalidArgument(f"Invalid Protocol Buffer schema definition: {found}")
+        with open(target, "rb") as raw:
+            descriptor_set = raw.read()
+    files = descriptor_pb2.FileDescriptorSet.FromString(descriptor_set)
+    proto = files.file[0]
+    if proto.dependency:
+        raise errors.InvalidArgument(
+            "Invalid Protocol Buffer schema definition: imports are not supported "
+            f"({', '.join(proto.dependency)})"
+        )
+    top = [m.name for m in proto.message_type] + [e.name for e in proto.enum_type]
+    if len(proto.message_type) != 1 or len(top) != 1 or proto.service or proto.extension:
+        raise errors.InvalidArgument(
+            "Invalid Protocol Buffer schema definition: it must define exactly one top-level "
+            f"type, a message (found: {', '.join(top) or 'none'})"
+        )
+    name = f"{proto.package}.{top[0]}" if proto.package else top[0]
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    cls = message_factory.GetMessageClass(pool.FindMessageTypeByName(name))
+    return descriptor_set, name, cls
+
+
+def _proto_problem(cls: type[Message], data: bytes, encoding: str) -> str | None:
+    message = cls()
+    try:
+        if encoding == BINARY:
+            message.ParseFromString(data)
+            size = message.ByteSize()
+            message.DiscardUnknownFields()
+            if message.ByteSize() != size:
+                return "the message has fields the schema does not define"
+        else:
+            json_format.Parse(data, message)
+    except (DecodeError, json_format.ParseError, UnicodeDecodeError, ValueError) as exc:
+        return f"not a valid {encoding} Protocol Buffer message: {_short(exc)}"
+    if not message.IsInitialized():
+        found: Any = message
+        missing = ", ".join(found.FindInitializationErrors())
+        return f"required fields are missing: {missing}"
+    return None
+
+
+def _proto_changes(old: Any, new: Any, path: str = "") -> list[str]:
+    """Pub/Sub's revision rule for protobuf, field by field; no library states it."""
+    problems = []
+    old_fields = {f.number: f for f in old.fields}
+    new_fields = {f.number: f for f in new.fields}
+    for number in sorted(old_fields.keys() | new_fields.keys()):
+        before, after = old_fields.get(number), new_fields.get(number)
+        if before is None or after is None:
+            added = after or before
+            assert added is not None
+            if not _optional(added):
+                verb = "added" if before is None else "removed"
+                problems.append(f"field {path}{added.name} = {number} {verb}: it is not optional")
+            continue
+        if _shape(before) != _shape(after):
+            problems.append(f"field {path}{before.name} = {number} changed")
+        elif before.message_type is not None and after.message_type is not None:
+            problems += _proto_changes(
+                before.message_type, after.message_type, f"{path}{before.name}."
+            )
+    return problems
+
+
+def _optional(f: FieldDescriptor) -> bool:
+    return not f.is_repeated and not f.is_required
+
+
+def _shape(f: FieldDescriptor) -> tuple[Any, ...]:
+    nested = f.message_type.full_name if f.message_type is not None else ""
+    enum = f.enum_type.full_name if f.enum_type is not None else ""
+    return (f.name, f.type, f.is_repeated, f.is_required, nested, enum)
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
