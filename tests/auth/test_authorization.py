@@ -35,6 +35,9 @@ VIEW = {
     "pubsub.subscriptions.list",
     "pubsub.snapshots.get",
     "pubsub.snapshots.list",
+    "pubsub.schemas.get",
+    "pubsub.schemas.list",
+    "pubsub.schemas.listRevisions",
 }
 EDIT = {
     "pubsub.topics.create",
@@ -51,6 +54,13 @@ EDIT = {
     "pubsub.snapshots.update",
     "pubsub.snapshots.delete",
     "pubsub.snapshots.seek",
+    # Schemas (https://cloud.google.com/pubsub/docs/create-schemas, "Required permissions").
+    "pubsub.schemas.attach",
+    "pubsub.schemas.commit",
+    "pubsub.schemas.create",
+    "pubsub.schemas.delete",
+    "pubsub.schemas.rollback",
+    "pubsub.schemas.validate",
 }
 RESOURCE_IAM = {
     f"pubsub.{kind}.{verb}"
@@ -105,6 +115,23 @@ class World:
     def snap(self) -> str:
         return f"n-{self.base}"
 
+    @property
+    def schema(self) -> str:
+        return f"sc-{self.base}"
+
+    def make_schema(self) -> None:
+        body = {"type": "PROTOCOL_BUFFER", "definition": PROTO}
+        ok(self.root.post(f"{P}/schemas", params={"schemaId": self.schema}, json=body))
+
+    def make_revised_schema(self) -> None:
+        self.make_schema()
+        body = {"schema": {"type": "PROTOCOL_BUFFER", "definition": PROTO}}
+        ok(self.root.post(f"{P}/schemas/{self.schema}:commit", json=body))
+
+    def revisions(self) -> list[str]:
+        found = self.root.get(f"{P}/schemas/{self.schema}:listRevisions")
+        return [s["revisionId"] for s in found.json().get("schemas", [])]
+
     def new(self, kind: str) -> str:
         """The name of a resource this case creates."""
         return f"{kind[0]}-{self.tag}"
@@ -156,6 +183,8 @@ class World:
             kind: ok(self.root.get(f"{P}/{kind}"))
             for kind in ("topics", "subscriptions", "snapshots")
         }
+        state["schemas"] = ok(self.root.get(f"{P}/schemas", params={"view": "FULL"}))
+        state["revisions"] = self.revisions()
         for path in (
             "",
             f"/topics/{self.topic}",
@@ -231,6 +260,73 @@ def _policy_was_set(w: World, kind: str) -> bool:
 def _test_permissions(w: World, kind: str) -> httpx.Response:
     body = {"permissions": UNIVERSE}
     return w.caller.post(f"{P}{w.under_project(kind)}:testIamPermissions", json=body)
+
+
+PROTO = 'syntax = "proto3"; message M { string a = 1; }'
+
+
+def _schema_methods() -> dict[str, Method]:
+    schema_body = {"type": "PROTOCOL_BUFFER", "definition": PROTO}
+    return {
+        "create_schema": Method(
+            _p("schemas.create"),
+            _nothing,
+            lambda w: w.caller.post(
+                f"{P}/schemas", params={"schemaId": w.new("schema")}, json=schema_body
+            ),
+            lambda w: w.get(f"/schemas/{w.new('schema')}").status_code == 200,
+        ),
+        "get_schema": Method(
+            _p("schemas.get"), World.make_schema, lambda w: w.caller.get(f"{P}/schemas/{w.schema}")
+        ),
+        "list_schemas": Method(
+            _p("schemas.list"), _nothing, lambda w: w.caller.get(f"{P}/schemas")
+        ),
+        "list_schema_revisions": Method(
+            _p("schemas.listRevisions"),
+            World.make_schema,
+            lambda w: w.caller.get(f"{P}/schemas/{w.schema}:listRevisions"),
+        ),
+        "commit_schema": Method(
+            _p("schemas.commit"),
+            World.make_schema,
+            lambda w: w.caller.post(f"{P}/schemas/{w.schema}:commit", json={"schema": schema_body}),
+            lambda w: len(w.revisions()) == 2,
+        ),
+        "rollback_schema": Method(
+            _p("schemas.rollback"),
+            World.make_schema,
+            lambda w: w.caller.post(
+                f"{P}/schemas/{w.schema}:rollback", json={"revisionId": w.revisions()[0]}
+            ),
+            lambda w: len(w.revisions()) == 2,
+        ),
+        "delete_schema_revision": Method(
+            _p("schemas.delete"),
+            World.make_revised_schema,
+            lambda w: w.caller.delete(f"{P}/schemas/{w.schema}@{w.revisions()[0]}:deleteRevision"),
+            lambda w: len(w.revisions()) == 1,
+        ),
+        "delete_schema": Method(
+            _p("schemas.delete"),
+            World.make_schema,
+            lambda w: w.caller.delete(f"{P}/schemas/{w.schema}"),
+            lambda w: w.get(f"/schemas/{w.schema}").status_code == 404,
+        ),
+        "validate_schema": Method(
+            _p("schemas.validate"),
+            _nothing,
+            lambda w: w.caller.post(f"{P}/schemas:validate", json={"schema": schema_body}),
+        ),
+        "validate_message": Method(
+            _p("schemas.validate"),
+            _nothing,
+            lambda w: w.caller.post(
+                f"{P}/schemas:validateMessage",
+                json={"schema": schema_body, "message": b64(""), "encoding": "BINARY"},
+            ),
+        ),
+    }
 
 
 def _iam_methods() -> dict[str, Method]:
@@ -448,6 +544,7 @@ METHODS: dict[str, Method] = {
         lambda w: w.caller.delete(f"{P}/snapshots/{w.snap}"),
         lambda w: w.get(f"/snapshots/{w.snap}").status_code == 404,
     ),
+    **_schema_methods(),
     **_iam_methods(),
 }
 
