@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from api import models as m
+from api.errors import invalid_request
 from lakepubsub import batches, errors
 from lakepubsub.batches import Batch
 from lakepubsub.messages import ReceivedMessage, TruncationEvent
@@ -91,6 +92,41 @@ def decode_data(text: str | None, where: str) -> bytes:
         raise errors.InvalidArgument(f"{where}.data: invalid base64") from exc
 
 
+# -- Pub/Sub fields whose features are not built ------------------------------------------
+
+# Field (protobuf name) -> the feature it asks for. A request that sets one is refused,
+# on create and on update alike, rather than answered as if the feature were there.
+UNBUILT_FIELDS = {
+    "message_storage_policy": "message storage policies",
+    "kms_key_name": "customer-managed encryption keys",
+    "ingestion_data_source_settings": "import topics (ingestion data sources)",
+    "message_transforms": "message transforms",
+    "tags": "resource tags",
+    "bigquery_config": "BigQuery subscriptions",
+    "cloud_storage_config": "Cloud Storage subscriptions",
+    "bigtable_config": "Bigtable subscriptions",
+}
+
+
+def _unbuilt(field: str, kind: str) -> errors.InvalidArgument:
+    json_name = re.sub(r"_(\w)", lambda m: m.group(1).upper(), field)
+    return errors.InvalidArgument(
+        f"{kind}.{json_name}: {UNBUILT_FIELDS[field]} are not built in lakepubsub; "
+        "leave the field out"
+    )
+
+
+def refuse_unbuilt(body: m.Model, kind: str) -> None:
+    """INVALID_ARGUMENT if ``body`` sets a field of a feature that is not built. Empty
+    values ask for nothing and pass, except a delivery config: any config, even an
+    empty one, would make a BigQuery (…) subscription."""
+    for field in UNBUILT_FIELDS.keys() & body.model_fields_set:
+        value = getattr(body, field)
+        if value is None or (value in ("", [], {}) and not field.endswith("_config")):
+            continue
+        raise _unbuilt(field, kind)
+
+
 def topic_name(project: str, topic: str) -> TopicName:
     return TopicName(project, topic)
 
@@ -103,6 +139,7 @@ def subscription_name(project: str, subscription: str) -> SubscriptionName:
 
 
 def topic_from_body(name: TopicName, body: m.TopicBody) -> Topic:
+    refuse_unbuilt(body, "topic")
     if body.name and body.name != name.path:
         raise errors.InvalidArgument(f"topic.name {body.name!r} does not match the URL")
     retention = (
@@ -153,6 +190,7 @@ def schema_settings(body: m.SchemaSettingsBody | None) -> SchemaSettings | None:
 
 
 def topic_changes(body: m.TopicBody) -> dict[str, Any]:
+    refuse_unbuilt(body, "topic")
     changes: dict[str, Any] = {
         "labels": body.labels,
         "schema_settings": schema_settings(body.schema_settings),
@@ -229,6 +267,8 @@ def _mask(mask: str, known: dict[str, str], kind: str) -> list[str]:
     out = []
     for path in paths:
         root = path.split(".")[0]
+        if root in UNBUILT_FIELDS:
+            raise _unbuilt(root, kind)
         if root not in known:
             raise errors.InvalidArgument(f"updateMask: unknown {kind} field {path!r}")
         out.append(known[root])
@@ -242,6 +282,8 @@ def subscription_mask(mask: str) -> list[str]:
 def push_config(body: m.PushConfigBody | None) -> PushConfig:
     if body is None:
         return PushConfig()
+    if body.pubsub_wrapper is not None and body.no_wrapper is not None:
+        raise errors.InvalidArgument("pushConfig: set at most one of pubsubWrapper and noWrapper")
     oidc = (
         OidcToken(body.oidc_token.service_account_email, body.oidc_token.audience)
         if body.oidc_token
@@ -258,6 +300,7 @@ def push_config(body: m.PushConfigBody | None) -> PushConfig:
 
 def subscription_fields(body: m.SubscriptionBody) -> dict[str, Any]:
     """The core fields a body sets (absent fields are left out)."""
+    refuse_unbuilt(body, "subscription")
     fields: dict[str, Any] = {}
     if body.ack_deadline_seconds:
         fields["ack_deadline_s"] = body.ack_deadline_seconds
@@ -374,11 +417,32 @@ def _push_body(push: PushConfig) -> dict[str, Any]:
 # -- messages -----------------------------------------------------------------------------
 
 
+# The fields of a publish request and of its messages (JSON and protobuf names;
+# messageId and publishTime are output only and ignored, as Pub/Sub does).
+_PUBLISH_FIELDS = frozenset({"messages", "topic"})
+_MESSAGE_FIELDS = frozenset({"data", "attributes", "orderingKey"})
+_MESSAGE_FIELDS_ALL = _MESSAGE_FIELDS | {
+    "ordering_key",
+    "messageId",
+    "message_id",
+    "publishTime",
+    "publish_time",
+}
+
+
+def _refuse_unknown(doc: dict[str, Any], known: frozenset[str], loc: tuple[Any, ...]) -> None:
+    unknown = [key for key in doc if key not in known]
+    if unknown:
+        raise invalid_request([{"type": "extra_forbidden", "loc": (*loc, key)} for key in unknown])
+
+
 def publish_batch(raw: Any) -> Batch:
     """A decoded publish body as a checked batch (the hot path: no per-message objects)."""
     items = raw.get("messages") if isinstance(raw, dict) else None
     if not isinstance(items, list):
         raise errors.InvalidArgument("The request must contain a 'messages' list")
+    if len(raw) > 1:
+        _refuse_unknown(raw, _PUBLISH_FIELDS, ())
     data: list[bytes] = []
     attributes: list[list[tuple[str, str]] | None] = []
     keys: list[str | None] = []
@@ -396,7 +460,11 @@ def publish_batch(raw: Any) -> Batch:
                     data.append(decode_data(payload, f"messages[{i}]"))
             attrs = item.get("attributes")
             attributes.append(list(attrs.items()) if attrs else None)
-            keys.append(item.get("orderingKey") or None)
+            if _MESSAGE_FIELDS.issuperset(item):
+                keys.append(item.get("orderingKey") or None)
+            else:  # protobuf names, output-only fields, or a field Pub/Sub does not have
+                _refuse_unknown(item, _MESSAGE_FIELDS_ALL, ("messages", i))
+                keys.append(item.get("orderingKey") or item.get("ordering_key") or None)
     except (AttributeError, TypeError) as exc:
         raise errors.InvalidArgument(
             f"messages[{i}]: expected an object with base64 'data', string 'attributes' "
@@ -405,9 +473,11 @@ def publish_batch(raw: Any) -> Batch:
     return batches.checked(data, attributes, keys)
 
 
-def received_body(r: ReceivedMessage) -> dict[str, Any]:
+def received_body(r: ReceivedMessage, *, attempts: bool) -> dict[str, Any]:
+    """One delivery as JSON; ``attempts`` (``Subscription.reports_delivery_attempts``)
+    fills ``deliveryAttempt``."""
     if r.event is not None:
-        return _event_item(r.ack_id, r.delivery_attempt, r.event)
+        return _event_item(r.ack_id, r.delivery_attempt if attempts else 0, r.event)
     assert r.message is not None
     msg = r.message
     message: dict[str, Any] = {
@@ -419,7 +489,10 @@ def received_body(r: ReceivedMessage) -> dict[str, Any]:
         message["attributes"] = dict(msg.attributes)
     if msg.ordering_key:
         message["orderingKey"] = msg.ordering_key
-    return {"ackId": r.ack_id, "message": message, "deliveryAttempt": r.delivery_attempt}
+    item: dict[str, Any] = {"ackId": r.ack_id, "message": message}
+    if attempts:
+        item["deliveryAttempt"] = r.delivery_attempt
+    return item
 
 
 def event_body(event: TruncationEvent) -> dict[str, Any]:
@@ -456,7 +529,7 @@ def _event_item(ack_id: str, attempt: int, event: TruncationEvent) -> dict[str, 
             "publishTime": format_time_us(event.time_us),
             "attributes": event_attributes(event),
         },
-        "deliveryAttempt": attempt,
+        **({"deliveryAttempt": attempt} if attempt else {}),
         "event": event_body(event),
     }
 

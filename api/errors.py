@@ -14,6 +14,7 @@ from google.rpc import error_details_pb2, status_pb2
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
+from api.methods import pubsub_method
 from lakepubsub import errors
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,45 @@ def error_response(
     )
 
 
+# Problems named in one INVALID_ARGUMENT message at most.
+MAX_REPORTED_PROBLEMS = 5
+
+
+def _unknown_name(loc: tuple[Any, ...]) -> str:
+    """Google's words for a field a request body must not have."""
+    *parents, name = loc
+    at = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parents).lstrip(".")
+    where = f" at '{at}'" if at else ""
+    return f'Invalid JSON payload received. Unknown name "{name}"{where}: Cannot find field.'
+
+
+def invalid_request(problems: list[Any]) -> errors.InvalidArgument:
+    """A pydantic validation failure (``ValidationError.errors()``) as INVALID_ARGUMENT.
+
+    An unknown field is named as Google names it, with a ``google.rpc.BadRequest``
+    detail; other problems are listed as ``field: reason``."""
+    unknown = [
+        _unknown_name(tuple(p for p in err.get("loc", ()) if p != "body"))
+        for err in problems
+        if err.get("type") == "extra_forbidden"
+    ]
+    if unknown:
+        return errors.InvalidArgument(
+            unknown[0],
+            details=[
+                {
+                    "@type": "type.googleapis.com/google.rpc.BadRequest",
+                    "fieldViolations": [{"field": "", "description": u} for u in unknown],
+                }
+            ],
+        )
+    described = []
+    for err in problems[:MAX_REPORTED_PROBLEMS]:
+        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
+        described.append(f"{where or 'body'}: {err.get('msg', 'invalid')}")
+    return errors.InvalidArgument("Invalid request: " + "; ".join(described))
+
+
 def from_exception(exc: errors.LakePubSubError) -> Response:
     return error_response(exc.http_status, exc.status, exc.message, exc.details)
 
@@ -77,14 +117,16 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> Response:
-        problems = []
-        for err in exc.errors()[:5]:
-            where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
-            problems.append(f"{where or 'body'}: {err.get('msg', 'invalid')}")
-        return error_response(400, "INVALID_ARGUMENT", "Invalid request: " + "; ".join(problems))
+        return from_exception(invalid_request(list(exc.errors())))
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> Response:
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code in (404, 405):  # no route: a Pub/Sub method that is not built?
+            method = pubsub_method(request.method, request.url.path)
+            if method is not None:
+                return error_response(
+                    501, "UNIMPLEMENTED", f"Method {method} is not implemented by lakepubsub"
+                )
         status = _HTTP_STATUS_NAMES.get(exc.status_code, "UNKNOWN")
         return error_response(exc.status_code, status, str(exc.detail))
 

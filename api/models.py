@@ -9,7 +9,27 @@ from pydantic.alias_generators import to_camel
 
 
 class Model(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+    """A request or response body: camelCase JSON (protobuf's field names accepted too).
+    A field that is not Pub/Sub's is refused with INVALID_ARGUMENT naming it, as Google
+    does (api/errors.py words it)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+# Pub/Sub fields whose features lakepubsub does not build. They are declared so that a
+# request naming one is refused with a message that says so (api/convert.py
+# ``refuse_unbuilt``), on create and update alike, instead of as an unknown field.
+NOT_BUILT = "Not built in lakepubsub: a request that sets it is refused (INVALID_ARGUMENT)."
+# Fields Pub/Sub fills in its answers; a client may send them back, and they are ignored.
+OUTPUT_ONLY = "Output only; ignored in requests."
+
+
+def _not_built() -> Any:
+    return Field(default=None, description=NOT_BUILT)
+
+
+def _output_only() -> Any:
+    return Field(default=None, description=OUTPUT_ONLY)
 
 
 # -- errors -----------------------------------------------------------------------------
@@ -36,13 +56,25 @@ class SchemaSettingsBody(Model):
     last_revision_id: str = ""
 
 
-class TopicBody(Model):
+class _ResourceBody(Model):
+    """Fields topics and subscriptions share that lakepubsub does not build or fill."""
+
+    message_transforms: Any = _not_built()
+    tags: Any = _not_built()
+    state: str | None = _output_only()
+
+
+class TopicBody(_ResourceBody):
     name: str = ""
     labels: dict[str, str] = Field(default_factory=dict)
     message_retention_duration: str | None = Field(
         default=None, description='Duration like "86400s"; messages are kept at least this long'
     )
     schema_settings: SchemaSettingsBody | None = None
+    message_storage_policy: Any = _not_built()
+    kms_key_name: Any = _not_built()
+    ingestion_data_source_settings: Any = _not_built()
+    satisfies_pzs: bool | None = _output_only()
 
 
 class UpdateTopicRequest(Model):
@@ -107,14 +139,19 @@ class NoWrapperBody(Model):
     write_metadata: bool = False
 
 
+class PubsubWrapperBody(Model):
+    """The default: messages are pushed wrapped in Pub/Sub's JSON envelope."""
+
+
 class PushConfigBody(Model):
     push_endpoint: str = ""
     attributes: dict[str, str] = Field(default_factory=dict)
     oidc_token: OidcTokenBody | None = None
+    pubsub_wrapper: PubsubWrapperBody | None = None
     no_wrapper: NoWrapperBody | None = None
 
 
-class SubscriptionBody(Model):
+class SubscriptionBody(_ResourceBody):
     name: str = ""
     topic: str = ""
     push_config: PushConfigBody | None = None
@@ -132,7 +169,11 @@ class SubscriptionBody(Model):
     truncation_policy: TruncationPolicyBody | None = Field(
         default=None, description="lakepubsub extension (early Pub/Sub design)"
     )
-    state: str | None = None
+    bigquery_config: Any = _not_built()
+    cloud_storage_config: Any = _not_built()
+    bigtable_config: Any = _not_built()
+    topic_message_retention_duration: str | None = _output_only()
+    analytics_hub_subscription_info: dict[str, Any] | None = _output_only()
 
 
 class UpdateSubscriptionRequest(Model):
@@ -210,6 +251,7 @@ class SnapshotBody(Model):
 class CreateSnapshotRequest(Model):
     subscription: str
     labels: dict[str, str] = Field(default_factory=dict)
+    tags: Any = _not_built()
 
 
 class UpdateSnapshotRequest(Model):

@@ -20,6 +20,7 @@ router = APIRouter(prefix="/v1/projects/{project}", tags=["snapshots"])
 def create_snapshot(
     project: str, snapshot: str, body: m.CreateSnapshotRequest, engine: EngineDep
 ) -> Response:
+    convert.refuse_unbuilt(body, "snapshot")
     created = engine.create_snapshot(
         SnapshotName(project, snapshot),
         SubscriptionName.parse(body.subscription),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import Future
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
@@ -12,7 +13,8 @@ from starlette.responses import Response
 from api import convert
 from api import models as m
 from api.deps import EngineDep, json_response
-from lakepubsub import errors
+from lakepubsub import Engine, errors
+from lakepubsub.messages import ReceivedMessage
 from lakepubsub.names import SnapshotName, SubscriptionName
 
 router = APIRouter(prefix="/v1/projects/{project}", tags=["subscriptions"])
@@ -72,22 +74,31 @@ def list_subscriptions(
     return json_response(body)
 
 
+def start_pull(
+    engine: Engine, name: SubscriptionName, max_messages: int, return_immediately: bool
+) -> tuple[Future[list[ReceivedMessage]], bool]:
+    """A pull under way (both doors), and whether its deliveries report their attempt
+    (``Subscription.reports_delivery_attempts``; the pull just looked the subscription up)."""
+    future = engine.pull_future(
+        name, max_messages=max_messages, return_immediately=return_immediately
+    )
+    return future, engine.get_subscription(name, fresh=False).reports_delivery_attempts
+
+
 @router.post("/subscriptions/{subscription}:pull", response_model=m.PullResponse, name="pull")
 async def pull(project: str, subscription: str, body: m.PullRequest, engine: EngineDep) -> Response:
     """Lease messages. Waits (long poll) for new ones unless ``returnImmediately``."""
     name = SubscriptionName(project, subscription)
     if body.max_messages <= 0:
         raise errors.InvalidArgument("maxMessages must be a positive number")
-    future = await run_in_threadpool(
-        engine.pull_future,
-        name,
-        max_messages=body.max_messages,
-        return_immediately=body.return_immediately,
+    future, attempts = await run_in_threadpool(
+        start_pull, engine, name, body.max_messages, body.return_immediately
     )
     received = await asyncio.wrap_future(future)
     if not received:
         return json_response({})
-    return json_response({"receivedMessages": [convert.received_body(r) for r in received]})
+    items = [convert.received_body(r, attempts=attempts) for r in received]
+    return json_response({"receivedMessages": items})
 
 
 def _ack_failures(failures: dict[str, str]) -> None:

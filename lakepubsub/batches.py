@@ -120,9 +120,10 @@ def _attribute_bytes(attrs: list[tuple[str, str]], i: int) -> int:
         key_bytes, value_bytes = len(key.encode()), len(value.encode())
         if key_bytes == 0:
             raise errors.InvalidArgument(f"messages[{i}]: attribute keys must not be empty")
-        if key.startswith("goog"):
+        if key.startswith("goog") and not key.startswith(constants.CLIENT_ATTRIBUTE_PREFIX):
             raise errors.InvalidArgument(
-                f"messages[{i}]: attribute key {key!r} is reserved ('goog')"
+                f"messages[{i}]: attribute key {key!r} is reserved ('goog'; only "
+                f"'{constants.CLIENT_ATTRIBUTE_PREFIX}' keys are allowed)"
             )
         if key_bytes > constants.MAX_ATTRIBUTE_KEY_BYTES:
             raise errors.InvalidArgument(

@@ -9,6 +9,9 @@ MAX_ATTRIBUTES_PER_MESSAGE = 100
 MAX_ATTRIBUTE_KEY_BYTES = 256
 MAX_ATTRIBUTE_VALUE_BYTES = 1_024
 MAX_ORDERING_KEY_BYTES = 1_024
+# Attribute keys starting with "goog" are reserved, except these, which Google's
+# client libraries add themselves (OpenTelemetry's googclient_traceparent).
+CLIENT_ATTRIBUTE_PREFIX = "googclient_"
 
 # Pub/Sub resource-name rules: 3-255 characters, starts with a letter.
 MIN_NAME_LENGTH = 3

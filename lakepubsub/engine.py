@@ -272,8 +272,9 @@ class Engine:
             self.lake.remove_tree(tree, entry.uid)
             raise
 
-    def get_subscription(self, name: SubscriptionName) -> Subscription:
-        return self._subscription(name)
+    def get_subscription(self, name: SubscriptionName, *, fresh: bool = True) -> Subscription:
+        """The subscription; ``fresh=False`` accepts the cached catalog (hot paths)."""
+        return self._subscription(name, fresh=fresh)
 
     def list_subscriptions(
         self, project: str, *, page_size: int = 0, page_token: str = ""

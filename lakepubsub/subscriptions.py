@@ -130,6 +130,12 @@ class Subscription:
     topic_uid: str = ""
     created_us: int = 0
 
+    @property
+    def reports_delivery_attempts(self) -> bool:
+        """Whether deliveries carry their attempt number to subscribers (pull, stream and
+        push): as in Pub/Sub, only with a dead-letter policy; otherwise it is left empty."""
+        return self.dead_letter_policy is not None
+
     def validated(self) -> Subscription:
         if not constants.MIN_ACK_DEADLINE_S <= self.ack_deadline_s <= constants.MAX_ACK_DEADLINE_S:
             raise errors.InvalidArgument(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Mapping
@@ -19,11 +20,14 @@ from typing import Any, TypeVar
 
 import grpc
 from google.protobuf import json_format
+from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import DecodeError, Message
+from google.protobuf.unknown_fields import UnknownFieldSet
 from prometheus_client import Counter
+from pydantic import BaseModel, ValidationError
 
 from api import auth
-from api.errors import rpc_status
+from api.errors import invalid_request, rpc_status
 from lakepubsub import errors
 from lakepubsub.iam import Principal
 
@@ -53,6 +57,7 @@ SERVER_OPTIONS = [
 ]
 
 M = TypeVar("M", bound=Message)
+T = TypeVar("T", bound=BaseModel)
 Handler = Callable[[Any, Any, "Call"], Awaitable[Message]]
 
 
@@ -183,11 +188,64 @@ def failure_of(exc: Exception, method: str) -> errors.LakePubSubError:
 
 def parse(request_type: type[M], raw: bytes) -> M:
     """A request from its bytes; malformed ones are INVALID_ARGUMENT (grpcio's own
-    deserializer failure would answer INTERNAL)."""
+    deserializer failure would answer INTERNAL), and so are ones with a field that
+    the message does not have (protobuf would keep it and we would ignore it)."""
     try:
-        return request_type.FromString(raw)
+        request = request_type.FromString(raw)
     except DecodeError as exc:
         raise errors.InvalidArgument(f"malformed {request_type.DESCRIPTOR.name}: {exc}") from exc
+    unknown = _unknown_field(request, request_type.DESCRIPTOR.name)
+    if unknown is not None:
+        raise errors.InvalidArgument(unknown)
+    return request
+
+
+def _unknown_field(message: Message, at: str) -> str | None:
+    """Where ``message`` or a message inside it holds a field its type does not have."""
+    found = UnknownFieldSet(message)
+    if len(found):
+        number = next(iter(found)).field_number
+        return (
+            f"Invalid request: unknown field number {number} in "
+            f"{message.DESCRIPTOR.full_name} at '{at}'"
+        )
+    for name, kind in _nested_fields(message.DESCRIPTOR):
+        if kind == _SINGULAR:
+            if not message.HasField(name):
+                continue
+            values: Any = [getattr(message, name)]
+        else:
+            values = getattr(message, name)
+            if kind == _MAP:
+                values = values.values()
+        for i, value in enumerate(values):
+            unknown = _unknown_field(
+                value, f"{at}.{name}" if kind == _SINGULAR else f"{at}.{name}[{i}]"
+            )
+            if unknown is not None:
+                return unknown
+    return None
+
+
+_SINGULAR, _REPEATED, _MAP = "singular", "repeated", "map"
+
+
+@functools.cache
+def _nested_fields(descriptor: Descriptor) -> tuple[tuple[str, str], ...]:
+    """The fields of a message type that hold messages of the API's own types (not
+    protobuf's well-known ones such as Timestamp): where unknown fields may hide."""
+    out = []
+    for field in descriptor.fields:
+        nested = field.message_type
+        if nested is None:
+            continue
+        if nested.GetOptions().map_entry:
+            value = nested.fields_by_name["value"].message_type
+            if value is not None and not value.full_name.startswith("google.protobuf."):
+                out.append((field.name, _MAP))
+        elif not nested.full_name.startswith("google.protobuf."):
+            out.append((field.name, _REPEATED if field.is_repeated else _SINGULAR))
+    return tuple(out)
 
 
 def unary(
@@ -213,6 +271,16 @@ def unary(
 def as_dict(message: Message) -> dict[str, Any]:
     """A request as the REST door's JSON (camelCase, defaults left out)."""
     return json_format.MessageToDict(message)
+
+
+def validated(model: type[T], body: dict[str, Any], *, path_fields: tuple[str, ...] = ()) -> T:
+    """A REST body model from a request's dict, less the fields that REST carries in
+    the URL (``path_fields``); a field it refuses is INVALID_ARGUMENT worded as on
+    the REST door."""
+    try:
+        return model.model_validate({k: v for k, v in body.items() if k not in path_fields})
+    except ValidationError as exc:
+        raise invalid_request(list(exc.errors())) from exc
 
 
 def from_json(body: bytes, response_type: type[M]) -> M:

@@ -23,7 +23,7 @@ from starlette.responses import Response
 
 from api import auth, convert, snapshots, subscriptions, topics
 from api import models as m
-from api.grpc.door import Call, GrpcDoor, Handler, as_dict, from_json, unary
+from api.grpc.door import Call, GrpcDoor, Handler, as_dict, from_json, unary, validated
 from api.grpc.streaming import streaming_pull_handler
 from api.grpc.wire import add_received, pb, subscription_name, topic_name
 from lakepubsub import batches, errors
@@ -73,7 +73,7 @@ async def create_topic(door: GrpcDoor, request: Any, call: Call) -> Message:
     name = topic_name(request.name)
     doc = as_dict(request)
     await call.check("create_topic", _topic_params(name), doc)
-    body = m.TopicBody.model_validate(doc)
+    body = validated(m.TopicBody, doc)
     raw = await _rest(topics.create_topic, name.project, name.id, door.engine, body)
     return from_json(raw, Topic)
 
@@ -82,7 +82,7 @@ async def update_topic(door: GrpcDoor, request: Any, call: Call) -> Message:
     name = topic_name(request.topic.name)
     doc = as_dict(request)
     await call.check("update_topic", _topic_params(name), doc)
-    body = m.UpdateTopicRequest.model_validate(doc)
+    body = validated(m.UpdateTopicRequest, doc)
     raw = await _rest(topics.update_topic, name.project, name.id, body, door.engine)
     return from_json(raw, Topic)
 
@@ -167,7 +167,7 @@ async def create_subscription(door: GrpcDoor, request: Any, call: Call) -> Messa
         subscriptions.create_subscription,
         name.project,
         name.id,
-        m.SubscriptionBody.model_validate(body),
+        validated(m.SubscriptionBody, body),
         door.engine,
     )
     return from_json(raw, Subscription)
@@ -188,7 +188,7 @@ async def update_subscription(door: GrpcDoor, request: Any, call: Call) -> Messa
         subscriptions.update_subscription,
         name.project,
         name.id,
-        m.UpdateSubscriptionRequest.model_validate(body),
+        validated(m.UpdateSubscriptionRequest, body),
         door.engine,
     )
     return from_json(raw, Subscription)
@@ -217,7 +217,7 @@ async def delete_subscription(door: GrpcDoor, request: Any, call: Call) -> Messa
 async def modify_push_config(door: GrpcDoor, request: Any, call: Call) -> Message:
     name = subscription_name(request.subscription)
     await call.check("modify_push_config", _sub_params(name))
-    body = m.ModifyPushConfigRequest.model_validate(as_dict(request))
+    body = validated(m.ModifyPushConfigRequest, as_dict(request), path_fields=("subscription",))
     await _rest(subscriptions.modify_push_config, name.project, name.id, body, door.engine)
     return Empty()
 
@@ -226,15 +226,16 @@ async def pull(door: GrpcDoor, request: Any, call: Call) -> Message:
     """Lease messages; waits for some unless ``return_immediately``."""
     name = subscription_name(request.subscription)
     await call.check("pull", _sub_params(name))
-    future = await asyncio.to_thread(
-        door.engine.pull_future,
+    future, attempts = await asyncio.to_thread(
+        subscriptions.start_pull,
+        door.engine,
         name,
-        max_messages=request.max_messages,
-        return_immediately=request.return_immediately,
+        request.max_messages,
+        request.return_immediately,
     )
     received = await asyncio.wrap_future(future)
     response = pb(ps.PullResponse)()
-    add_received(response.received_messages, received)  # type: ignore[attr-defined]
+    add_received(response.received_messages, received, attempts=attempts)  # type: ignore[attr-defined]
     return response
 
 
@@ -271,7 +272,11 @@ async def seek(door: GrpcDoor, request: Any, call: Call) -> Message:
     body = as_dict(request)
     await call.check("seek", _sub_params(name), body)
     await _rest(
-        subscriptions.seek, name.project, name.id, m.SeekRequest.model_validate(body), door.engine
+        subscriptions.seek,
+        name.project,
+        name.id,
+        validated(m.SeekRequest, body, path_fields=("subscription",)),
+        door.engine,
     )
     return pb(ps.SeekResponse)()
 
@@ -284,7 +289,7 @@ async def create_snapshot(door: GrpcDoor, request: Any, call: Call) -> Message:
         snapshots.create_snapshot,
         name.project,
         name.id,
-        m.CreateSnapshotRequest.model_validate(body),
+        validated(m.CreateSnapshotRequest, body, path_fields=("name",)),
         door.engine,
     )
     return from_json(raw, Snapshot)
@@ -300,7 +305,7 @@ async def get_snapshot(door: GrpcDoor, request: Any, call: Call) -> Message:
 async def update_snapshot(door: GrpcDoor, request: Any, call: Call) -> Message:
     name = SnapshotName.parse(request.snapshot.name)
     await call.check("update_snapshot", _snap_params(name))
-    body = m.UpdateSnapshotRequest.model_validate(as_dict(request))
+    body = validated(m.UpdateSnapshotRequest, as_dict(request))
     raw = await _rest(snapshots.update_snapshot, name.project, name.id, body, door.engine)
     return from_json(raw, Snapshot)
 
@@ -349,7 +354,7 @@ async def get_iam_policy(door: GrpcDoor, request: Any, call: Call) -> Message:
 async def set_iam_policy(door: GrpcDoor, request: Any, call: Call) -> Message:
     kind, params, resource = _iam_resource(request.resource)
     await call.check(f"{kind}_set_iam_policy", params)
-    body = auth.SetIamPolicyRequest.model_validate(as_dict(request))
+    body = validated(auth.SetIamPolicyRequest, as_dict(request), path_fields=("resource",))
     doc = await asyncio.to_thread(auth.set_policy, door.state, resource, body)
     return _policy(doc)
 
@@ -357,7 +362,7 @@ async def set_iam_policy(door: GrpcDoor, request: Any, call: Call) -> Message:
 async def test_iam_permissions(door: GrpcDoor, request: Any, call: Call) -> Message:
     kind, params, resource = _iam_resource(request.resource)
     await call.check(f"{kind}_test_iam_permissions", params)
-    body = auth.TestIamPermissionsRequest.model_validate(as_dict(request))
+    body = validated(auth.TestIamPermissionsRequest, as_dict(request), path_fields=("resource",))
     principal = await call.principal()
     doc = await asyncio.to_thread(auth.test_permissions, principal, door.engine, resource, body)
     response: Message = iam_policy_pb2.TestIamPermissionsResponse(

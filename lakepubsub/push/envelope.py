@@ -90,7 +90,6 @@ def _wrapped(sub: Subscription, received: ReceivedMessage) -> PushRequest:
         doc = {
             "message": message,
             "subscription": sub.name.path,
-            "deliveryAttempt": received.delivery_attempt,
             "event": {
                 "truncated": True,
                 "firstOffset": event.first_offset,
@@ -115,11 +114,9 @@ def _wrapped(sub: Subscription, received: ReceivedMessage) -> PushRequest:
             message["attributes"] = dict(msg.attributes)
         if msg.ordering_key:
             message["orderingKey"] = msg.ordering_key
-        doc = {
-            "message": message,
-            "subscription": sub.name.path,
-            "deliveryAttempt": received.delivery_attempt,
-        }
+        doc = {"message": message, "subscription": sub.name.path}
+    if sub.reports_delivery_attempts:
+        doc["deliveryAttempt"] = received.delivery_attempt
     headers = {"content-type": "application/json", "user-agent": USER_AGENT}
     return PushRequest(orjson.dumps(doc), headers, message_id)
 
@@ -150,7 +147,8 @@ def _unwrapped(sub: Subscription, received: ReceivedMessage) -> PushRequest:
         headers["x-goog-pubsub-subscription-name"] = sub.name.path
         headers["x-goog-pubsub-message-id"] = message_id
         headers["x-goog-pubsub-publish-time"] = published
-        headers["x-goog-pubsub-delivery-attempt"] = str(received.delivery_attempt)
+        if sub.reports_delivery_attempts:
+            headers["x-goog-pubsub-delivery-attempt"] = str(received.delivery_attempt)
         if ordering_key and _SAFE_VALUE.fullmatch(ordering_key):
             headers["x-goog-pubsub-ordering-key"] = ordering_key
     return PushRequest(body, headers, message_id)
