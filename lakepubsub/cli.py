@@ -6,80 +6,60 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import sys
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Any
 
 import click
-import httpx
+from botocore.exceptions import BotoCoreError, ClientError
 
+import lakepubsub
+from lakepubsub import constants
+from lakepubsub.cli_backend import (
+    STORAGE_HINT,
+    Backend,
+    CliError,
+    DirectBackend,
+    HttpBackend,
+    one_line,
+)
+from lakepubsub.errors import LakePubSubError
 from lakepubsub.settings import DEFAULT_LAKE
 
 DEFAULT_URL = "http://127.0.0.1:8085"
 DEFAULT_PORT = 8085
+MAX_PORT = 65535
+# A publish request's JSON carries data in base64 (4/3) plus framing; keep each one
+# well under the server's body limit as well as Pub/Sub's 10 MB of message bytes.
+PUBLISH_CHUNK_BYTES = 7_000_000
+_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-class Backend(Protocol):
-    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any: ...
+class Cli(click.Group):
+    """The ``lakepubsub`` group: a lake or storage failure anywhere below it is one line
+    with a hint, not a traceback."""
 
-
-class HttpBackend:
-    """Talks to a running server."""
-
-    def __init__(self, url: str, token: str | None) -> None:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.client = httpx.Client(base_url=url, headers=headers, timeout=60)
-
-    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    def invoke(self, ctx: click.Context) -> Any:
         try:
-            response = self.client.request(method, path, json=body)
-        except httpx.HTTPError as exc:
-            raise click.ClickException(f"cannot reach {self.client.base_url}: {exc}") from exc
-        doc = response.json() if response.content else {}
-        if response.status_code >= 400:
-            error = doc.get("error", {})
-            raise click.ClickException(
-                f"{error.get('status', response.status_code)}: {error.get('message', doc)}"
-            )
-        return doc
-
-
-class DirectBackend:
-    """Runs the same requests against the lake in this process, through the app."""
-
-    def __init__(self, lake: str) -> None:
-        import warnings
-
-        with warnings.catch_warnings():
-            # Starlette's test client warns about its httpx dependency; it works.
-            warnings.simplefilter("ignore", DeprecationWarning)
-            from fastapi.testclient import TestClient
-
-        from api.app import create_app
-        from lakepubsub import Engine, Settings
-
-        self.engine = Engine(Settings.from_env({**os.environ, "LAKEPUBSUB_LAKE": lake}))
-        self.client = TestClient(create_app(self.engine))
-        self.client.__enter__()
-
-    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        response = self.client.request(method, path, json=body)
-        doc = response.json() if response.content else {}
-        if response.status_code >= 400:
-            error = doc.get("error", {})
-            raise click.ClickException(f"{error.get('status')}: {error.get('message')}")
-        return doc
+            return super().invoke(ctx)
+        except LakePubSubError as exc:
+            hint = STORAGE_HINT if exc.status in ("UNAVAILABLE", "DEADLINE_EXCEEDED") else ""
+            raise CliError(f"{exc.status}: {one_line(exc.message)}", hint) from exc
+        except (BotoCoreError, ClientError) as exc:  # the jobs' S3 listings
+            raise CliError(f"storage: {one_line(str(exc))}", STORAGE_HINT) from exc
 
 
 def _backend(ctx: click.Context) -> Backend:
     obj = ctx.ensure_object(dict)
     if "backend" not in obj:
-        if obj["direct"]:
-            obj["backend"] = DirectBackend(obj["lake"])
-        else:
-            obj["backend"] = HttpBackend(obj["url"], obj["token"])
-    backend: Backend = obj["backend"]
-    return backend
+        backend: Backend = (
+            DirectBackend(obj["lake"]) if obj["direct"] else HttpBackend(obj["url"], obj["token"])
+        )
+        obj["backend"] = backend
+        ctx.find_root().call_on_close(backend.close)
+    found: Backend = obj["backend"]
+    return found
 
 
 def _project(ctx: click.Context) -> str:
@@ -90,29 +70,91 @@ def _echo(doc: Any) -> None:
     click.echo(json.dumps(doc, indent=2, sort_keys=True))
 
 
-@click.group()
+EPILOG = """\b
+Environment: every option above that names a variable (env var:) reads it when the
+option is not given; LAKEPUBSUB_PULL_WAIT_S, LAKEPUBSUB_CATALOG_MAX_STALENESS_S and
+the AWS_* variables (S3) are read by the server and by --direct (README.md,
+"Configuration").
+"""
+
+
+@click.group(cls=Cli, epilog=EPILOG)
+@click.version_option(lakepubsub.__version__, prog_name="lakepubsub")
 @click.option(
-    "--url", envvar="LAKEPUBSUB_URL", default=DEFAULT_URL, show_default=True, help="Server URL."
+    "--url",
+    envvar="LAKEPUBSUB_URL",
+    default=DEFAULT_URL,
+    show_default=True,
+    show_envvar=True,
+    help="The server to talk to.",
 )
-@click.option("--project", envvar="LAKEPUBSUB_PROJECT", default="local", show_default=True)
-@click.option("--token", envvar="LAKEPUBSUB_TOKEN", default=None, help="Bearer token.")
+@click.option(
+    "--project",
+    envvar="LAKEPUBSUB_PROJECT",
+    default="local",
+    show_default=True,
+    show_envvar=True,
+    help="Pub/Sub project of the names given.",
+)
+@click.option(
+    "--token",
+    envvar="LAKEPUBSUB_TOKEN",
+    default=None,
+    show_envvar=True,
+    help="Bearer token (API key or JWT) for a server with authentication on.",
+)
 @click.option("--direct", is_flag=True, help="Work on the lake in-process instead of over HTTP.")
-@click.option("--lake", envvar="LAKEPUBSUB_LAKE", default=DEFAULT_LAKE, show_default=True)
+@click.option(
+    "--lake",
+    envvar="LAKEPUBSUB_LAKE",
+    default=DEFAULT_LAKE,
+    show_default=True,
+    show_envvar=True,
+    help="Lake root, a directory or s3://bucket/prefix (serve, push, jobs, --direct).",
+)
 @click.pass_context
 def main(
     ctx: click.Context, url: str, project: str, token: str | None, direct: bool, lake: str
 ) -> None:
-    """lakepubsub: Pub/Sub on Delta Lake."""
+    """lakepubsub: Pub/Sub on Delta Lake.
+
+    Serve Pub/Sub's REST and gRPC APIs on a lake, administer topics, subscriptions
+    and snapshots, publish, pull and seek, and run the Spark jobs.
+    """
     ctx.ensure_object(dict).update(url=url, project=project, token=token, direct=direct, lake=lake)
 
 
+def _check_lake(lake: str) -> None:
+    """Fail now, in one line, if the lake cannot be read (a missing bucket, say)."""
+    from lakepubsub import Engine, Settings
+
+    try:
+        with Engine(Settings.from_env({**os.environ, "LAKEPUBSUB_LAKE": lake})) as engine:
+            engine.catalog.view(max_staleness_s=0)
+    except LakePubSubError as exc:
+        raise CliError(f"lake {lake}: {one_line(exc.message)}", STORAGE_HINT) from exc
+
+
 @main.command()
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=DEFAULT_PORT, show_default=True, type=int)
-@click.option("--workers", default=1, show_default=True, type=int, help="Server processes.")
-@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None)
-@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None)
-@click.option("--log-level", default="info", show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port",
+    default=DEFAULT_PORT,
+    show_default=True,
+    type=click.IntRange(1, MAX_PORT),
+    help="Port for REST and gRPC alike.",
+)
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1), help="Processes.")
+@click.option(
+    "--tls-cert",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="PEM certificate: serve HTTPS.",
+)
+@click.option(
+    "--tls-key", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM key."
+)
+@click.option("--log-level", default="info", show_default=True, help="uvicorn's log level.")
 @click.pass_context
 def serve(
     ctx: click.Context,
@@ -130,10 +172,10 @@ def serve(
 
     from api.grpc import OnePortProtocol
 
-    os.environ["LAKEPUBSUB_LAKE"] = ctx.ensure_object(dict)["lake"]
-    click.echo(
-        f"lakepubsub: lake {os.environ['LAKEPUBSUB_LAKE']}, http{'s' if tls_cert else ''}://{host}:{port}"
-    )
+    lake = ctx.ensure_object(dict)["lake"]
+    _check_lake(lake)
+    os.environ["LAKEPUBSUB_LAKE"] = lake
+    click.echo(f"lakepubsub: lake {lake}, http{'s' if tls_cert else ''}://{host}:{port}")
     uvicorn.run(
         "api.app:create_app",
         factory=True,
@@ -156,38 +198,94 @@ def push_command(ctx: click.Context) -> None:
     from lakepubsub import Engine, Settings
     from lakepubsub.push import run_forever
 
-    os.environ["LAKEPUBSUB_LAKE"] = ctx.ensure_object(dict)["lake"]
-    click.echo(f"lakepubsub: push delivery for lake {os.environ['LAKEPUBSUB_LAKE']}")
+    lake = ctx.ensure_object(dict)["lake"]
+    _check_lake(lake)
+    os.environ["LAKEPUBSUB_LAKE"] = lake
+    click.echo(f"lakepubsub: push delivery for lake {lake}")
     run_forever(Engine(Settings.from_env()))
+
+
+# -- topics ------------------------------------------------------------------------------
+
+
+def _retention(text: str) -> str:
+    """A retention as protobuf JSON: ``7d``, ``12h``, ``30m``, ``600s`` or ``600``."""
+    match = re.fullmatch(r"(\d+)([smhd]?)", text.strip())
+    if match is None:
+        raise click.BadParameter(f"expected e.g. 7d, 12h, 30m or 600s; got {text!r}")
+    return f"{int(match.group(1)) * _DURATION_UNITS[match.group(2)]}s"
 
 
 @main.group()
 def topics() -> None:
-    """Create, list and delete topics."""
+    """Create, list and delete topics; show or set their retention."""
 
 
 @topics.command("create")
 @click.argument("topic")
 @click.option("--label", "labels", multiple=True, help="key=value, repeatable")
+@click.option("--retention", default=None, help="Keep messages this long: 7d, 12h, 600s.")
 @click.pass_context
-def topics_create(ctx: click.Context, topic: str, labels: tuple[str, ...]) -> None:
-    body = {"labels": _pairs(labels)} if labels else {}
+def topics_create(
+    ctx: click.Context, topic: str, labels: tuple[str, ...], retention: str | None
+) -> None:
+    """Create TOPIC and print it as JSON."""
+    body: dict[str, Any] = {"labels": _pairs(labels)} if labels else {}
+    if retention:
+        body["messageRetentionDuration"] = _retention(retention)
     _echo(_backend(ctx).call("PUT", f"/v1/projects/{_project(ctx)}/topics/{topic}", body))
 
 
 @topics.command("list")
 @click.pass_context
 def topics_list(ctx: click.Context) -> None:
+    """Print the project's topics, one name a line."""
+    found = False
     for doc in _paged(ctx, f"/v1/projects/{_project(ctx)}/topics", "topics"):
         click.echo(doc["name"])
+        found = True
+    if not found:
+        _none(f"no topics in project {_project(ctx)}")
+
+
+@topics.command("get")
+@click.argument("topic")
+@click.pass_context
+def topics_get(ctx: click.Context, topic: str) -> None:
+    """Print TOPIC as JSON."""
+    _echo(_backend(ctx).call("GET", f"/v1/projects/{_project(ctx)}/topics/{topic}"))
+
+
+@topics.command("retention")
+@click.argument("topic")
+@click.argument("duration", required=False)
+@click.pass_context
+def topics_retention(ctx: click.Context, topic: str, duration: str | None) -> None:
+    """Show TOPIC's message retention, or set it to DURATION (7d, 12h, 600s; the
+    default is 7 days, 3153600000s keeps messages forever)."""
+    path = f"/v1/projects/{_project(ctx)}/topics/{topic}"
+    if duration is None:
+        doc = _backend(ctx).call("GET", path)
+    else:
+        body = {
+            "topic": {"messageRetentionDuration": _retention(duration)},
+            "updateMask": "messageRetentionDuration",
+        }
+        doc = _backend(ctx).call("PATCH", path, body)
+    kept = doc.get("messageRetentionDuration")
+    click.echo(f"{doc['name']}: retention {kept or 'not set (the default, 7 days)'}")
 
 
 @topics.command("delete")
 @click.argument("topic")
 @click.pass_context
 def topics_delete(ctx: click.Context, topic: str) -> None:
+    """Delete TOPIC (its subscriptions are detached from it, as in Pub/Sub)."""
     _backend(ctx).call("DELETE", f"/v1/projects/{_project(ctx)}/topics/{topic}")
     click.echo(f"deleted topic {topic}")
+
+
+# -- subscriptions -----------------------------------------------------------------------
 
 
 @main.group()
@@ -195,14 +293,18 @@ def subscriptions() -> None:
     """Create, list and delete subscriptions."""
 
 
+def _topic_path(project: str, topic: str) -> str:
+    return topic if "/" in topic else f"projects/{project}/topics/{topic}"
+
+
 @subscriptions.command("create")
 @click.argument("subscription")
-@click.option("--topic", required=True)
+@click.option("--topic", required=True, help="Topic id, or projects/P/topics/T.")
 @click.option("--ack-deadline", type=int, default=None, help="seconds, 10-600")
 @click.option("--max-bytes", type=int, default=None, help="truncation policy: backlog bytes")
 @click.option("--max-age", type=int, default=None, help="truncation policy: backlog age, seconds")
-@click.option("--filter", "filter_", default=None)
-@click.option("--exactly-once", is_flag=True)
+@click.option("--filter", "filter_", default=None, help="Pub/Sub filter on attributes.")
+@click.option("--exactly-once", is_flag=True, help="Exactly-once delivery.")
 @click.pass_context
 def subscriptions_create(
     ctx: click.Context,
@@ -214,10 +316,9 @@ def subscriptions_create(
     filter_: str | None,
     exactly_once: bool,
 ) -> None:
+    """Create SUBSCRIPTION on a topic and print it as JSON."""
     project = _project(ctx)
-    body: dict[str, Any] = {
-        "topic": topic if "/" in topic else f"projects/{project}/topics/{topic}"
-    }
+    body: dict[str, Any] = {"topic": _topic_path(project, topic)}
     if ack_deadline:
         body["ackDeadlineSeconds"] = ack_deadline
     if max_bytes or max_age:
@@ -235,30 +336,129 @@ def subscriptions_create(
 @click.option("--topic", default=None, help="only this topic's subscriptions")
 @click.pass_context
 def subscriptions_list(ctx: click.Context, topic: str | None) -> None:
+    """Print the project's subscriptions (or one topic's), one a line."""
     project = _project(ctx)
+    found = False
     if topic:
         for name in _paged(
             ctx, f"/v1/projects/{project}/topics/{topic}/subscriptions", "subscriptions"
         ):
             click.echo(name)
+            found = True
     else:
         for doc in _paged(ctx, f"/v1/projects/{project}/subscriptions", "subscriptions"):
             click.echo(f"{doc['name']}  topic={doc['topic']}")
+            found = True
+    if not found:
+        where = f"topic {topic} of project {project}" if topic else f"project {project}"
+        _none(f"no subscriptions in {where}")
 
 
 @subscriptions.command("delete")
 @click.argument("subscription")
 @click.pass_context
 def subscriptions_delete(ctx: click.Context, subscription: str) -> None:
+    """Delete SUBSCRIPTION and what it has not acknowledged."""
     _backend(ctx).call("DELETE", f"/v1/projects/{_project(ctx)}/subscriptions/{subscription}")
     click.echo(f"deleted subscription {subscription}")
+
+
+# -- snapshots and seek ------------------------------------------------------------------
+
+
+@main.group()
+def snapshots() -> None:
+    """Capture a subscription's acknowledgment state, to seek back to later."""
+
+
+@snapshots.command("create")
+@click.argument("snapshot")
+@click.option("--subscription", required=True, help="The subscription to capture.")
+@click.pass_context
+def snapshots_create(ctx: click.Context, snapshot: str, subscription: str) -> None:
+    """Create SNAPSHOT of a subscription and print it as JSON."""
+    project = _project(ctx)
+    sub = (
+        subscription if "/" in subscription else f"projects/{project}/subscriptions/{subscription}"
+    )
+    body = {"subscription": sub}
+    _echo(_backend(ctx).call("PUT", f"/v1/projects/{project}/snapshots/{snapshot}", body))
+
+
+@snapshots.command("list")
+@click.pass_context
+def snapshots_list(ctx: click.Context) -> None:
+    """Print the project's snapshots, one a line."""
+    found = False
+    for doc in _paged(ctx, f"/v1/projects/{_project(ctx)}/snapshots", "snapshots"):
+        click.echo(f"{doc['name']}  topic={doc['topic']}  expires={doc.get('expireTime')}")
+        found = True
+    if not found:
+        _none(f"no snapshots in project {_project(ctx)}")
+
+
+@snapshots.command("delete")
+@click.argument("snapshot")
+@click.pass_context
+def snapshots_delete(ctx: click.Context, snapshot: str) -> None:
+    """Delete SNAPSHOT."""
+    _backend(ctx).call("DELETE", f"/v1/projects/{_project(ctx)}/snapshots/{snapshot}")
+    click.echo(f"deleted snapshot {snapshot}")
+
+
+@main.command()
+@click.argument("subscription")
+@click.option("--time", "time_", default=None, help="RFC 3339 time, e.g. 2026-01-02T03:04:05Z.")
+@click.option("--snapshot", default=None, help="Snapshot id, or projects/P/snapshots/S.")
+@click.pass_context
+def seek(ctx: click.Context, subscription: str, time_: str | None, snapshot: str | None) -> None:
+    """Seek SUBSCRIPTION to a time (what was published before it counts as acknowledged,
+    what came after does not) or to a snapshot's acknowledgment state."""
+    if (time_ is None) == (snapshot is None):
+        raise click.UsageError("give exactly one of --time and --snapshot")
+    project = _project(ctx)
+    body: dict[str, Any] = {"time": time_}
+    if snapshot is not None:
+        body = {
+            "snapshot": snapshot if "/" in snapshot else f"projects/{project}/snapshots/{snapshot}"
+        }
+    _backend(ctx).call("POST", f"/v1/projects/{project}/subscriptions/{subscription}:seek", body)
+    click.echo(f"{subscription}: sought to {time_ or body['snapshot']}")
+
+
+# -- publish -----------------------------------------------------------------------------
+
+
+def _message(payload: bytes, attributes: dict[str, str], ordering_key: str) -> dict[str, Any]:
+    message: dict[str, Any] = {"data": base64.b64encode(payload).decode()}
+    if attributes:
+        message["attributes"] = attributes
+    if ordering_key:
+        message["orderingKey"] = ordering_key
+    return message
+
+
+def _requests(messages: list[dict[str, Any]]) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+    """``(first index, messages)`` of each publish request: at most Pub/Sub's 1,000
+    messages and ``PUBLISH_CHUNK_BYTES`` of JSON each; a message too big alone goes
+    alone (the server says why it refuses it)."""
+    start, size = 0, 0
+    for i, message in enumerate(messages):
+        grown = size + len(json.dumps(message)) + 1
+        count = i - start
+        if count and (count >= constants.MAX_MESSAGES_PER_PUBLISH or grown > PUBLISH_CHUNK_BYTES):
+            yield start, messages[start:i]
+            start, grown = i, len(json.dumps(message)) + 1
+        size = grown
+    if start < len(messages):
+        yield start, messages[start:]
 
 
 @main.command()
 @click.argument("topic")
 @click.option("--data", default=None, help="message data (text)")
 @click.option("--attr", "attrs", multiple=True, help="key=value, repeatable")
-@click.option("--ordering-key", default="")
+@click.option("--ordering-key", default="", help="Ordering key of every message.")
 @click.option(
     "--file", "path", type=click.File("rb"), default=None, help="one message per line ('-': stdin)"
 )
@@ -271,35 +471,55 @@ def publish(
     ordering_key: str,
     path: Any,
 ) -> None:
-    """Publish one message (--data/--attr) or one per line of a file."""
+    """Publish one message (--data/--attr) or one per line of a file, and print the
+    message ids, one a line. A file is sent in requests within Pub/Sub's limits (1,000
+    messages, 10 MB); if one fails, what was published is printed, what was not is
+    named (by line), and the command exits with status 1."""
     attributes = _pairs(attrs)
     payloads = [line.rstrip(b"\n") for line in path] if path else [(data or "").encode()]
-    ids: list[str] = []
-    for chunk in _chunks(payloads, 1000):
-        messages = []
-        for payload in chunk:
-            message: dict[str, Any] = {"data": base64.b64encode(payload).decode()}
-            if attributes:
-                message["attributes"] = attributes
-            if ordering_key:
-                message["orderingKey"] = ordering_key
-            messages.append(message)
-        doc = _backend(ctx).call(
-            "POST", f"/v1/projects/{_project(ctx)}/topics/{topic}:publish", {"messages": messages}
-        )
-        ids += doc["messageIds"]
-    for message_id in ids:
-        click.echo(message_id)
+    messages = [_message(p, attributes, ordering_key) for p in payloads]
+    url = f"/v1/projects/{_project(ctx)}/topics/{topic}:publish"
+    published = 0
+    for first, chunk in _requests(messages):
+        try:
+            doc = _backend(ctx).call("POST", url, {"messages": chunk})
+        except CliError as exc:
+            if not path:
+                raise
+            unsent = (
+                f"lines {first + 1}-{len(messages)}"
+                if first + 1 < len(messages)
+                else (f"line {first + 1}")
+            )
+            raise CliError(
+                f"published {published} of {len(messages)} messages (lines 1-{first}, ids "
+                f"above); not published: {unsent}; the request for lines {first + 1}-"
+                f"{first + len(chunk)} failed: {exc.message}",
+                exc.hint,
+            ) from exc
+        for message_id in doc["messageIds"]:
+            click.echo(message_id)
+        published += len(chunk)
+    if path:
+        click.echo(f"published {published} messages", err=True)
+
+
+# -- pull, ack, nack ---------------------------------------------------------------------
 
 
 @main.command()
 @click.argument("subscription")
-@click.option("--max", "max_messages", default=10, show_default=True)
+@click.option("--max", "max_messages", default=10, show_default=True, help="At most this many.")
 @click.option("--ack", is_flag=True, help="acknowledge what was received")
+@click.option("--nack", is_flag=True, help="nack what was received: redeliverable now")
 @click.option("--wait/--no-wait", default=False, help="long-poll for messages")
 @click.pass_context
-def pull(ctx: click.Context, subscription: str, max_messages: int, ack: bool, wait: bool) -> None:
+def pull(
+    ctx: click.Context, subscription: str, max_messages: int, ack: bool, nack: bool, wait: bool
+) -> None:
     """Pull messages and print them as JSON lines (data decoded as UTF-8 where possible)."""
+    if ack and nack:
+        raise click.UsageError("give at most one of --ack and --nack")
     base = f"/v1/projects/{_project(ctx)}/subscriptions/{subscription}"
     doc = _backend(ctx).call(
         "POST", f"{base}:pull", {"maxMessages": max_messages, "returnImmediately": not wait}
@@ -317,16 +537,47 @@ def pull(ctx: click.Context, subscription: str, max_messages: int, ack: bool, wa
             "messageId": message.get("messageId"),
             "data": text,
             "attributes": message.get("attributes", {}),
-            "deliveryAttempt": item.get("deliveryAttempt"),
         }
+        if "deliveryAttempt" in item:
+            out["deliveryAttempt"] = item["deliveryAttempt"]
         if "event" in item:
             out["event"] = item["event"]
         click.echo(json.dumps(out))
-    if ack and received:
-        _backend(ctx).call(
-            "POST", f"{base}:acknowledge", {"ackIds": [r["ackId"] for r in received]}
-        )
-        click.echo(f"acknowledged {len(received)}", err=True)
+    if not received:
+        _none(f"no messages in projects/{_project(ctx)}/subscriptions/{subscription}")
+    elif ack or nack:
+        ack_ids = [r["ackId"] for r in received]
+        _settle(ctx, subscription, ack_ids, nack=nack)
+
+
+def _settle(ctx: click.Context, subscription: str, ack_ids: list[str], *, nack: bool) -> None:
+    base = f"/v1/projects/{_project(ctx)}/subscriptions/{subscription}"
+    verb = "nack" if nack else "acknowledge"
+    _backend(ctx).call("POST", f"{base}:{verb}", {"ackIds": ack_ids})
+    click.echo(f"{'nacked' if nack else 'acknowledged'} {len(ack_ids)}", err=True)
+
+
+@main.command()
+@click.argument("subscription")
+@click.argument("ack_ids", nargs=-1, required=True)
+@click.pass_context
+def ack(ctx: click.Context, subscription: str, ack_ids: tuple[str, ...]) -> None:
+    """Acknowledge messages of SUBSCRIPTION by their ack ids (from `pull`)."""
+    _settle(ctx, subscription, list(ack_ids), nack=False)
+
+
+@main.command()
+@click.argument("subscription")
+@click.argument("ack_ids", nargs=-1, required=True)
+@click.pass_context
+def nack(ctx: click.Context, subscription: str, ack_ids: tuple[str, ...]) -> None:
+    """Nack messages of SUBSCRIPTION by their ack ids: they are redelivered now."""
+    _settle(ctx, subscription, list(ack_ids), nack=True)
+
+
+def _none(text: str) -> None:
+    """An empty result, said on stderr (stdout stays empty for scripts)."""
+    click.echo(text, err=True)
 
 
 def _pairs(items: tuple[str, ...]) -> dict[str, str]:
@@ -337,11 +588,6 @@ def _pairs(items: tuple[str, ...]) -> dict[str, str]:
             raise click.BadParameter(f"expected key=value, got {item!r}")
         out[key] = value
     return out
-
-
-def _chunks(items: list[bytes], size: int) -> Iterator[list[bytes]]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
 
 
 def _paged(ctx: click.Context, path: str, field: str) -> Iterator[Any]:

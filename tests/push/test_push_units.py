@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import jwt
 import orjson
@@ -17,7 +18,7 @@ from lakepubsub.push import envelope
 from lakepubsub.push.oidc import Signer, generate_pem
 from lakepubsub.push.safety import Guard, UnsafeEndpoint, parse_endpoint
 from lakepubsub.push.settings import PushSettings
-from lakepubsub.subscriptions import PushConfig, Subscription
+from lakepubsub.subscriptions import DeadLetterPolicy, PushConfig, Subscription
 
 
 def check(url: str, **settings: object) -> None:
@@ -125,8 +126,11 @@ def test_wrapped_message() -> None:
             "publish_time": "2023-11-14T22:13:20.123456Z",
         },
         "subscription": "projects/demo/subscriptions/sub-one",
-        "deliveryAttempt": 3,
-    }
+    }  # no deliveryAttempt: Pub/Sub sets it only with a dead-letter policy
+    dead_letter = DeadLetterPolicy(TopicName("demo", "dead-letters"))
+    with_policy = dataclasses.replace(SUB, dead_letter_policy=dead_letter)
+    request = envelope.build(with_policy, ReceivedMessage("ack-1", 3, message=MESSAGE))
+    assert orjson.loads(request.body)["deliveryAttempt"] == 3
 
 
 def test_unwrapped_event_is_marked_even_without_metadata() -> None:

@@ -1,0 +1,132 @@
+"""How the ``lakepubsub`` command reaches a lake: a running server over HTTP, or the
+same REST app in this process (``--direct``). Either way a request's failure is a
+``CliError``: one line, with a hint where one helps."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from typing import Any, Protocol
+
+import click
+import httpx
+
+# How long one CLI request may take (a long-polling pull waits up to ~10 s).
+REQUEST_TIMEOUT_S = 60.0
+UNREACHABLE_HINT = (
+    "start one with `lakepubsub serve`, point --url (LAKEPUBSUB_URL) at it, "
+    "or work on the lake in-process with --direct"
+)
+STORAGE_HINT = (
+    "check --lake (LAKEPUBSUB_LAKE); for S3, that the bucket exists and the AWS_* "
+    "settings (AWS_ENDPOINT_URL, credentials, region) reach it"
+)
+
+
+# An S3 error document inside a storage error's text: <Code>NoSuchBucket</Code><Message>…
+_S3_ERROR = re.compile(r"<Code>([^<]+)</Code>\s*<Message>([^<]+)</Message>")
+
+
+def one_line(text: str) -> str:
+    """A storage error's text (delta-rs nests its causes over many lines) as one line:
+    its first line, plus the S3 error it carries, if any."""
+    first = text.strip().splitlines()[0] if text.strip() else text
+    found = _S3_ERROR.search(text)
+    return f"{first} ({found.group(1)}: {found.group(2)})" if found else first
+
+
+class CliError(click.ClickException):
+    """A failure shown as one line: ``Error: <message> (hint: <hint>)``."""
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.hint = hint
+
+    def format_message(self) -> str:
+        return f"{self.message} (hint: {self.hint})" if self.hint else self.message
+
+
+class RequestFailed(CliError):
+    """The server answered a request with an error (``status``: Pub/Sub's code name)."""
+
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+
+
+class Backend(Protocol):
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+def _answer(response: httpx.Response) -> Any:
+    try:
+        doc = response.json() if response.content else {}
+    except ValueError:
+        doc = {"error": {"message": response.text[:200]}}
+    if response.status_code >= 400:
+        error = doc.get("error", {}) if isinstance(doc, dict) else {}
+        raise RequestFailed(
+            str(error.get("status", response.status_code)), str(error.get("message", doc))
+        )
+    return doc
+
+
+class HttpBackend:
+    """Talks to a running server."""
+
+    def __init__(self, url: str, token: str | None) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.client = httpx.Client(base_url=url, headers=headers, timeout=REQUEST_TIMEOUT_S)
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        try:
+            response = self.client.request(method, path, json=body)
+        except httpx.HTTPError as exc:
+            raise CliError(
+                f"cannot reach the server at {self.client.base_url}: {exc}", UNREACHABLE_HINT
+            ) from exc
+        return _answer(response)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class DirectBackend:
+    """Runs the same REST requests against the lake in this process: the app on an
+    event loop of its own (anyio's blocking portal), reached through httpx's ASGI
+    transport, with its lifespan run as a server runs it."""
+
+    def __init__(self, lake: str) -> None:
+        import anyio.from_thread
+
+        from api.app import create_app
+        from lakepubsub import Engine, Settings
+        from lakepubsub.errors import LakePubSubError
+
+        try:
+            self.engine = Engine(Settings.from_env({**os.environ, "LAKEPUBSUB_LAKE": lake}))
+            self.engine.catalog.view(max_staleness_s=0)
+        except LakePubSubError as exc:
+            raise CliError(f"lake {lake}: {one_line(exc.message)}", STORAGE_HINT) from exc
+        app = create_app(self.engine)
+        self._stack = contextlib.ExitStack()
+        self.portal = self._stack.enter_context(anyio.from_thread.start_blocking_portal())
+        self._stack.enter_context(
+            self.portal.wrap_async_context_manager(app.router.lifespan_context(app))
+        )
+        self.client = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app),
+            base_url="http://lakepubsub.direct",
+            timeout=REQUEST_TIMEOUT_S,
+        )
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        response = self.portal.call(lambda: self.client.request(method, path, json=body))
+        return _answer(response)
+
+    def close(self) -> None:
+        self.portal.call(self.client.aclose)
+        self._stack.close()
