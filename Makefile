@@ -3,21 +3,33 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# install-run: what running needs (pyproject's dependencies: the server, the CLI and
+# the Spark jobs); install: that plus the development tools ('.[dev]').
+RUN_STAMP := $(VENV)/.run-stamp
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install run test lint fmt spark-jars bench bench-quick chaos chaos-quick deploy-check clean
+.PHONY: install install-run run test lint fmt spark-jars bench bench-quick chaos chaos-quick deploy-check clean
+
+install-run: $(RUN_STAMP)
+
+$(RUN_STAMP): pyproject.toml
+	@echo "==> $(VENV): creating the virtual environment"
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip
+	@echo "==> $(VENV): installing lakepubsub and what it needs to run (a few minutes the first time)"
+	$(BIN)/python -m pip install -e .
+	@java -version >/dev/null 2>&1 || echo "warning: no java on PATH; the Spark jobs need JDK 17"
+	touch $(RUN_STAMP)
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	@java -version >/dev/null 2>&1 || echo "warning: no java on PATH; the Spark jobs need JDK 17"
+$(STAMP): $(RUN_STAMP)
+	@echo "==> $(VENV): adding the development tools (pytest, ruff, mypy, schemathesis, …)"
+	$(BIN)/python -m pip install -e '.[dev]'
 	touch $(STAMP)
 
-run: install
+run: install-run
 	$(BIN)/lakepubsub serve
 
 lint: install

@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 import lakepubsub
-from api import auth, errors, models, schemas, snapshots, subscriptions, topics
+from api import auth, docs, errors, models, schemas, snapshots, subscriptions, topics
 from api.deps import EngineDep, json_response
 from api.grpc import GrpcDoor, oneport
 from api.middleware import LimitBody, Metrics
@@ -62,6 +62,8 @@ def create_app(engine: Engine | None = None, *, grpc: bool | None = None) -> Fas
         version=lakepubsub.__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,  # api/docs.py serves /docs with packaged assets
+        redoc_url=None,  # ReDoc would load its script from a CDN
     )
     errors.install(app)
     auth.install(app)  # [auth integration, issue 7] IAM routes first; access control middleware
@@ -72,6 +74,7 @@ def create_app(engine: Engine | None = None, *, grpc: bool | None = None) -> Fas
     app.add_middleware(Metrics)
     app.add_middleware(LimitBody)
     _add_operational_routes(app)
+    docs.install(app)
     _document_models(app)
     return app
 

@@ -335,7 +335,7 @@ def side_by_side_table(results: Sequence[w.Result]) -> str:
 
 @dataclass(frozen=True)
 class Target:
-    """A DESIGN §6 target: one figure of one case, its bound, and the passing side."""
+    """A target (bench/README.md): one figure of one case, its bound, and the passing side."""
 
     label: str
     case: str
@@ -352,7 +352,7 @@ class Target:
 
 
 def targets(workload: w.Workload) -> list[Target]:
-    """DESIGN §6 targets for the REST API, as figures of this workload's cases."""
+    """The targets (bench/README.md) for the REST API, as figures of this workload's cases."""
     publish = {(c.batch_size, c.clients): c.name for c in workload.publish}
     pull = next(c.name for c in workload.pull if c.consumers == 4)
     found = [
@@ -389,7 +389,7 @@ def targets_table(results: Sequence[w.Result], workload: w.Workload) -> str:
     ours = {(r.case, r.metric): r for r in results if r.system == lps.SYSTEM}
     peer = {(r.case, r.metric): r for r in results if r.system == peer_nats.SYSTEM}
     lines = [
-        "| target (DESIGN §6) | unit | lakepubsub median [min-max] | target | met "
+        "| target (bench/README.md) | unit | lakepubsub median [min-max] | target | met "
         "| NATS JetStream |",
         "| --- | --- | ---: | ---: | :---: | ---: |",
     ]

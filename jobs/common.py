@@ -91,6 +91,7 @@ class JobContext:
     @property
     def spark(self) -> SparkSession:
         if self._spark is None:
+            self.progress.phase("starting Spark")
             self._spark = spark_session(self._master)
         return self._spark
 

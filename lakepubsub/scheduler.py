@@ -32,11 +32,14 @@ PROGRESS_LOG_INTERVAL_S = 10.0
 
 
 class Progress(Protocol):
-    """What a long job reports as it goes: ``begin`` once, ``advance`` per item, ``end``."""
+    """What a long job reports as it goes: ``begin`` once, ``advance`` per item, ``end``;
+    ``phase`` names a step that takes a while between items ("starting Spark")."""
 
     def begin(self, job: str, total: int) -> None: ...
 
     def advance(self, item: str) -> None: ...
+
+    def phase(self, text: str) -> None: ...
 
     def end(self) -> None: ...
 
@@ -46,6 +49,9 @@ class NullProgress:
         pass
 
     def advance(self, item: str) -> None:
+        pass
+
+    def phase(self, text: str) -> None:
         pass
 
     def end(self) -> None:
@@ -81,6 +87,9 @@ class LogProgress:
                 now - self._started,
             )
 
+    def phase(self, text: str) -> None:
+        log.info("%s: %d/%d, %s", self._job or "lakepubsub", self._done, self._total, text)
+
     def end(self) -> None:
         log.info(
             "%s: %d/%d done in %.1f s",
@@ -111,6 +120,16 @@ class ConsoleProgress:
     def advance(self, item: str) -> None:
         self._done += 1
         self._draw(item)
+
+    def phase(self, text: str) -> None:
+        """Draw ``text`` in the bar and end the line: whatever the step prints (the
+        JVM's warnings, say) goes below it, and the next item draws a fresh bar."""
+        if self._job:
+            self._draw(f"{text}…")
+        else:
+            self.stream.write(f"{text}…")
+        self.stream.write("\n")
+        self.stream.flush()
 
     def end(self) -> None:
         self._draw(f"done in {time.monotonic() - self._started:.1f} s")

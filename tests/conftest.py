@@ -15,7 +15,8 @@ from lakepubsub import Engine
 
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[MotoServer]:
-    """A real S3 API on 127.0.0.1, in its own process (DESIGN.md: never in-process)."""
+    """A real S3 API on 127.0.0.1, in its own process (never in-process:
+    ``DeltaTable.history()`` deadlocks against moto's threaded server)."""
     import boto3
 
     port = free_port()

@@ -2,7 +2,7 @@
 
 delta-rs's ``create_write_transaction`` trusts its add actions: a missing file or
 a partition value that does not fit the table leaves an unreadable table
-(DESIGN.md section 4). So every add action is checked here first.
+(measured with delta-rs 1.6.6). So every add action is checked here first.
 """
 
 from __future__ import annotations

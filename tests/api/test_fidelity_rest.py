@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -290,3 +291,23 @@ def test_delivery_attempt_only_with_a_dead_letter_policy(http: httpx.Client, bas
         assert http.post(f"{base}/subscriptions/{sub}:modifyAckDeadline", json=nack).is_success
     assert "deliveryAttempt" not in _pull(http, base, "plain")[0]
     assert _pull(http, base, "dlq")[0]["deliveryAttempt"] == 2
+
+
+# -- /docs ----------------------------------------------------------------------------------
+
+
+def test_docs_page_loads_everything_from_this_server(http: httpx.Client) -> None:
+    """Swagger UI works offline: every script, style sheet and icon it names is served
+    here (from the swagger-ui-py package), none from a CDN."""
+    page = http.get("/docs")
+    assert page.status_code == 200
+    assets = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+    assert assets and all(url.startswith("/docs/assets/") for url in assets), assets
+    for url in assets:
+        served = http.get(url)
+        assert served.status_code == 200, url
+        assert len(served.content) > 1000
+    assert "'/openapi.json'" in page.text or '"/openapi.json"' in page.text
+    bundle = http.get("/docs/assets/swagger-ui-bundle.js").text
+    assert "SwaggerUIBundle" in bundle
+    assert http.get("/redoc").status_code == 404  # ReDoc would need a CDN

@@ -6,10 +6,14 @@ import io
 import logging
 
 import pytest
+from pyspark.sql import SparkSession
+from support import LakeSpec
 
+from jobs.common import JobContext
 from lakepubsub.scheduler import (
     ConsoleProgress,
     LogProgress,
+    NullProgress,
     Progress,
     Scheduler,
     ScheduleSettings,
@@ -101,3 +105,38 @@ def test_log_progress_is_rate_limited(caplog: pytest.LogCaptureFixture) -> None:
         progress.end()
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 1 and messages[0].startswith("gc: 3/3 done in")
+
+
+def test_console_progress_names_a_phase_on_a_line_of_its_own() -> None:
+    """A step between items (Spark starting) is named instead of a frozen bar, and what
+    it prints lands below the bar, not inside its line."""
+    stream = io.StringIO()
+    progress = ConsoleProgress(stream)
+    progress.begin("compact", 32)
+    for i in range(15):
+        progress.advance(f"item {i}")
+    progress.phase("starting Spark")
+    stream.write("WARN NativeCodeLoader: Unable to load native-hadoop library\n")  # the JVM
+    progress.advance("item 15")
+    progress.end()
+    lines = stream.getvalue().split("\n")
+    bar_line = next(line for line in lines if "starting Spark" in line)
+    assert bar_line.endswith("] 15/32 starting Spark…")
+    assert "WARN" not in bar_line
+    assert any(line.startswith("WARN NativeCodeLoader") for line in lines)
+
+
+def test_a_job_names_the_spark_start_in_its_progress(
+    spark: SparkSession, local_lake: LakeSpec
+) -> None:
+    """JobContext starts (here: joins) Spark on first use and says so first."""
+    phases: list[str] = []
+
+    class Recorder(NullProgress):
+        def phase(self, text: str) -> None:
+            phases.append(text)
+
+    with JobContext(local_lake.settings(), progress=Recorder()) as ctx:
+        assert ctx.spark is spark
+        assert ctx.spark is spark
+    assert phases == ["starting Spark"]
