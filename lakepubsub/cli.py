@@ -3,7 +3,6 @@ publish and pull, over HTTP (default) or directly on the lake (``--direct``)."""
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
@@ -15,14 +14,14 @@ import click
 from botocore.exceptions import BotoCoreError, ClientError
 
 import lakepubsub
-from lakepubsub import constants
 from lakepubsub.cli_backend import (
     STORAGE_HINT,
-    Backend,
     CliError,
-    DirectBackend,
-    HttpBackend,
+    backend,
+    none_found,
     one_line,
+    pairs,
+    project_id,
 )
 from lakepubsub.errors import LakePubSubError
 from lakepubsub.settings import DEFAULT_LAKE
@@ -30,9 +29,6 @@ from lakepubsub.settings import DEFAULT_LAKE
 DEFAULT_URL = "http://127.0.0.1:8085"
 DEFAULT_PORT = 8085
 MAX_PORT = 65535
-# A publish request's JSON carries data in base64 (4/3) plus framing; keep each one
-# well under the server's body limit as well as Pub/Sub's 10 MB of message bytes.
-PUBLISH_CHUNK_BYTES = 7_000_000
 _DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -48,22 +44,6 @@ class Cli(click.Group):
             raise CliError(f"{exc.status}: {one_line(exc.message)}", hint) from exc
         except (BotoCoreError, ClientError) as exc:  # the jobs' S3 listings
             raise CliError(f"storage: {one_line(str(exc))}", STORAGE_HINT) from exc
-
-
-def _backend(ctx: click.Context) -> Backend:
-    obj = ctx.ensure_object(dict)
-    if "backend" not in obj:
-        backend: Backend = (
-            DirectBackend(obj["lake"]) if obj["direct"] else HttpBackend(obj["url"], obj["token"])
-        )
-        obj["backend"] = backend
-        ctx.find_root().call_on_close(backend.close)
-    found: Backend = obj["backend"]
-    return found
-
-
-def _project(ctx: click.Context) -> str:
-    return str(ctx.ensure_object(dict)["project"])
 
 
 def _echo(doc: Any) -> None:
@@ -230,10 +210,10 @@ def topics_create(
     ctx: click.Context, topic: str, labels: tuple[str, ...], retention: str | None
 ) -> None:
     """Create TOPIC and print it as JSON."""
-    body: dict[str, Any] = {"labels": _pairs(labels)} if labels else {}
+    body: dict[str, Any] = {"labels": pairs(labels)} if labels else {}
     if retention:
         body["messageRetentionDuration"] = _retention(retention)
-    _echo(_backend(ctx).call("PUT", f"/v1/projects/{_project(ctx)}/topics/{topic}", body))
+    _echo(backend(ctx).call("PUT", f"/v1/projects/{project_id(ctx)}/topics/{topic}", body))
 
 
 @topics.command("list")
@@ -241,11 +221,11 @@ def topics_create(
 def topics_list(ctx: click.Context) -> None:
     """Print the project's topics, one name a line."""
     found = False
-    for doc in _paged(ctx, f"/v1/projects/{_project(ctx)}/topics", "topics"):
+    for doc in _paged(ctx, f"/v1/projects/{project_id(ctx)}/topics", "topics"):
         click.echo(doc["name"])
         found = True
     if not found:
-        _none(f"no topics in project {_project(ctx)}")
+        none_found(f"no topics in project {project_id(ctx)}")
 
 
 @topics.command("get")
@@ -253,7 +233,7 @@ def topics_list(ctx: click.Context) -> None:
 @click.pass_context
 def topics_get(ctx: click.Context, topic: str) -> None:
     """Print TOPIC as JSON."""
-    _echo(_backend(ctx).call("GET", f"/v1/projects/{_project(ctx)}/topics/{topic}"))
+    _echo(backend(ctx).call("GET", f"/v1/projects/{project_id(ctx)}/topics/{topic}"))
 
 
 @topics.command("retention")
@@ -263,15 +243,15 @@ def topics_get(ctx: click.Context, topic: str) -> None:
 def topics_retention(ctx: click.Context, topic: str, duration: str | None) -> None:
     """Show TOPIC's message retention, or set it to DURATION (7d, 12h, 600s; the
     default is 7 days, 3153600000s keeps messages forever)."""
-    path = f"/v1/projects/{_project(ctx)}/topics/{topic}"
+    path = f"/v1/projects/{project_id(ctx)}/topics/{topic}"
     if duration is None:
-        doc = _backend(ctx).call("GET", path)
+        doc = backend(ctx).call("GET", path)
     else:
         body = {
             "topic": {"messageRetentionDuration": _retention(duration)},
             "updateMask": "messageRetentionDuration",
         }
-        doc = _backend(ctx).call("PATCH", path, body)
+        doc = backend(ctx).call("PATCH", path, body)
     kept = doc.get("messageRetentionDuration")
     click.echo(f"{doc['name']}: retention {kept or 'not set (the default, 7 days)'}")
 
@@ -281,7 +261,7 @@ def topics_retention(ctx: click.Context, topic: str, duration: str | None) -> No
 @click.pass_context
 def topics_delete(ctx: click.Context, topic: str) -> None:
     """Delete TOPIC (its subscriptions are detached from it, as in Pub/Sub)."""
-    _backend(ctx).call("DELETE", f"/v1/projects/{_project(ctx)}/topics/{topic}")
+    backend(ctx).call("DELETE", f"/v1/projects/{project_id(ctx)}/topics/{topic}")
     click.echo(f"deleted topic {topic}")
 
 
@@ -317,7 +297,7 @@ def subscriptions_create(
     exactly_once: bool,
 ) -> None:
     """Create SUBSCRIPTION on a topic and print it as JSON."""
-    project = _project(ctx)
+    project = project_id(ctx)
     body: dict[str, Any] = {"topic": _topic_path(project, topic)}
     if ack_deadline:
         body["ackDeadlineSeconds"] = ack_deadline
@@ -329,7 +309,7 @@ def subscriptions_create(
         body["filter"] = filter_
     if exactly_once:
         body["enableExactlyOnceDelivery"] = True
-    _echo(_backend(ctx).call("PUT", f"/v1/projects/{project}/subscriptions/{subscription}", body))
+    _echo(backend(ctx).call("PUT", f"/v1/projects/{project}/subscriptions/{subscription}", body))
 
 
 @subscriptions.command("list")
@@ -337,7 +317,7 @@ def subscriptions_create(
 @click.pass_context
 def subscriptions_list(ctx: click.Context, topic: str | None) -> None:
     """Print the project's subscriptions (or one topic's), one a line."""
-    project = _project(ctx)
+    project = project_id(ctx)
     found = False
     if topic:
         for name in _paged(
@@ -351,7 +331,7 @@ def subscriptions_list(ctx: click.Context, topic: str | None) -> None:
             found = True
     if not found:
         where = f"topic {topic} of project {project}" if topic else f"project {project}"
-        _none(f"no subscriptions in {where}")
+        none_found(f"no subscriptions in {where}")
 
 
 @subscriptions.command("delete")
@@ -359,7 +339,7 @@ def subscriptions_list(ctx: click.Context, topic: str | None) -> None:
 @click.pass_context
 def subscriptions_delete(ctx: click.Context, subscription: str) -> None:
     """Delete SUBSCRIPTION and what it has not acknowledged."""
-    _backend(ctx).call("DELETE", f"/v1/projects/{_project(ctx)}/subscriptions/{subscription}")
+    backend(ctx).call("DELETE", f"/v1/projects/{project_id(ctx)}/subscriptions/{subscription}")
     click.echo(f"deleted subscription {subscription}")
 
 
@@ -377,12 +357,12 @@ def snapshots() -> None:
 @click.pass_context
 def snapshots_create(ctx: click.Context, snapshot: str, subscription: str) -> None:
     """Create SNAPSHOT of a subscription and print it as JSON."""
-    project = _project(ctx)
+    project = project_id(ctx)
     sub = (
         subscription if "/" in subscription else f"projects/{project}/subscriptions/{subscription}"
     )
     body = {"subscription": sub}
-    _echo(_backend(ctx).call("PUT", f"/v1/projects/{project}/snapshots/{snapshot}", body))
+    _echo(backend(ctx).call("PUT", f"/v1/projects/{project}/snapshots/{snapshot}", body))
 
 
 @snapshots.command("list")
@@ -390,11 +370,11 @@ def snapshots_create(ctx: click.Context, snapshot: str, subscription: str) -> No
 def snapshots_list(ctx: click.Context) -> None:
     """Print the project's snapshots, one a line."""
     found = False
-    for doc in _paged(ctx, f"/v1/projects/{_project(ctx)}/snapshots", "snapshots"):
+    for doc in _paged(ctx, f"/v1/projects/{project_id(ctx)}/snapshots", "snapshots"):
         click.echo(f"{doc['name']}  topic={doc['topic']}  expires={doc.get('expireTime')}")
         found = True
     if not found:
-        _none(f"no snapshots in project {_project(ctx)}")
+        none_found(f"no snapshots in project {project_id(ctx)}")
 
 
 @snapshots.command("delete")
@@ -402,7 +382,7 @@ def snapshots_list(ctx: click.Context) -> None:
 @click.pass_context
 def snapshots_delete(ctx: click.Context, snapshot: str) -> None:
     """Delete SNAPSHOT."""
-    _backend(ctx).call("DELETE", f"/v1/projects/{_project(ctx)}/snapshots/{snapshot}")
+    backend(ctx).call("DELETE", f"/v1/projects/{project_id(ctx)}/snapshots/{snapshot}")
     click.echo(f"deleted snapshot {snapshot}")
 
 
@@ -416,190 +396,33 @@ def seek(ctx: click.Context, subscription: str, time_: str | None, snapshot: str
     what came after does not) or to a snapshot's acknowledgment state."""
     if (time_ is None) == (snapshot is None):
         raise click.UsageError("give exactly one of --time and --snapshot")
-    project = _project(ctx)
+    project = project_id(ctx)
     body: dict[str, Any] = {"time": time_}
     if snapshot is not None:
         body = {
             "snapshot": snapshot if "/" in snapshot else f"projects/{project}/snapshots/{snapshot}"
         }
-    _backend(ctx).call("POST", f"/v1/projects/{project}/subscriptions/{subscription}:seek", body)
+    backend(ctx).call("POST", f"/v1/projects/{project}/subscriptions/{subscription}:seek", body)
     click.echo(f"{subscription}: sought to {time_ or body['snapshot']}")
-
-
-# -- publish -----------------------------------------------------------------------------
-
-
-def _message(payload: bytes, attributes: dict[str, str], ordering_key: str) -> dict[str, Any]:
-    message: dict[str, Any] = {"data": base64.b64encode(payload).decode()}
-    if attributes:
-        message["attributes"] = attributes
-    if ordering_key:
-        message["orderingKey"] = ordering_key
-    return message
-
-
-def _requests(messages: list[dict[str, Any]]) -> Iterator[tuple[int, list[dict[str, Any]]]]:
-    """``(first index, messages)`` of each publish request: at most Pub/Sub's 1,000
-    messages and ``PUBLISH_CHUNK_BYTES`` of JSON each; a message too big alone goes
-    alone (the server says why it refuses it)."""
-    start, size = 0, 0
-    for i, message in enumerate(messages):
-        grown = size + len(json.dumps(message)) + 1
-        count = i - start
-        if count and (count >= constants.MAX_MESSAGES_PER_PUBLISH or grown > PUBLISH_CHUNK_BYTES):
-            yield start, messages[start:i]
-            start, grown = i, len(json.dumps(message)) + 1
-        size = grown
-    if start < len(messages):
-        yield start, messages[start:]
-
-
-@main.command()
-@click.argument("topic")
-@click.option("--data", default=None, help="message data (text)")
-@click.option("--attr", "attrs", multiple=True, help="key=value, repeatable")
-@click.option("--ordering-key", default="", help="Ordering key of every message.")
-@click.option(
-    "--file", "path", type=click.File("rb"), default=None, help="one message per line ('-': stdin)"
-)
-@click.pass_context
-def publish(
-    ctx: click.Context,
-    topic: str,
-    data: str | None,
-    attrs: tuple[str, ...],
-    ordering_key: str,
-    path: Any,
-) -> None:
-    """Publish one message (--data/--attr) or one per line of a file, and print the
-    message ids, one a line. A file is sent in requests within Pub/Sub's limits (1,000
-    messages, 10 MB); if one fails, what was published is printed, what was not is
-    named (by line), and the command exits with status 1."""
-    attributes = _pairs(attrs)
-    payloads = [line.rstrip(b"\n") for line in path] if path else [(data or "").encode()]
-    messages = [_message(p, attributes, ordering_key) for p in payloads]
-    url = f"/v1/projects/{_project(ctx)}/topics/{topic}:publish"
-    published = 0
-    for first, chunk in _requests(messages):
-        try:
-            doc = _backend(ctx).call("POST", url, {"messages": chunk})
-        except CliError as exc:
-            if not path:
-                raise
-            unsent = (
-                f"lines {first + 1}-{len(messages)}"
-                if first + 1 < len(messages)
-                else (f"line {first + 1}")
-            )
-            raise CliError(
-                f"published {published} of {len(messages)} messages (lines 1-{first}, ids "
-                f"above); not published: {unsent}; the request for lines {first + 1}-"
-                f"{first + len(chunk)} failed: {exc.message}",
-                exc.hint,
-            ) from exc
-        for message_id in doc["messageIds"]:
-            click.echo(message_id)
-        published += len(chunk)
-    if path:
-        click.echo(f"published {published} messages", err=True)
-
-
-# -- pull, ack, nack ---------------------------------------------------------------------
-
-
-@main.command()
-@click.argument("subscription")
-@click.option("--max", "max_messages", default=10, show_default=True, help="At most this many.")
-@click.option("--ack", is_flag=True, help="acknowledge what was received")
-@click.option("--nack", is_flag=True, help="nack what was received: redeliverable now")
-@click.option("--wait/--no-wait", default=False, help="long-poll for messages")
-@click.pass_context
-def pull(
-    ctx: click.Context, subscription: str, max_messages: int, ack: bool, nack: bool, wait: bool
-) -> None:
-    """Pull messages and print them as JSON lines (data decoded as UTF-8 where possible)."""
-    if ack and nack:
-        raise click.UsageError("give at most one of --ack and --nack")
-    base = f"/v1/projects/{_project(ctx)}/subscriptions/{subscription}"
-    doc = _backend(ctx).call(
-        "POST", f"{base}:pull", {"maxMessages": max_messages, "returnImmediately": not wait}
-    )
-    received = doc.get("receivedMessages", [])
-    for item in received:
-        message = item["message"]
-        raw = base64.b64decode(message.get("data", ""))
-        try:
-            text: str = raw.decode()
-        except UnicodeDecodeError:
-            text = message.get("data", "")
-        out = {
-            "ackId": item["ackId"],
-            "messageId": message.get("messageId"),
-            "data": text,
-            "attributes": message.get("attributes", {}),
-        }
-        if "deliveryAttempt" in item:
-            out["deliveryAttempt"] = item["deliveryAttempt"]
-        if "event" in item:
-            out["event"] = item["event"]
-        click.echo(json.dumps(out))
-    if not received:
-        _none(f"no messages in projects/{_project(ctx)}/subscriptions/{subscription}")
-    elif ack or nack:
-        ack_ids = [r["ackId"] for r in received]
-        _settle(ctx, subscription, ack_ids, nack=nack)
-
-
-def _settle(ctx: click.Context, subscription: str, ack_ids: list[str], *, nack: bool) -> None:
-    base = f"/v1/projects/{_project(ctx)}/subscriptions/{subscription}"
-    verb = "nack" if nack else "acknowledge"
-    _backend(ctx).call("POST", f"{base}:{verb}", {"ackIds": ack_ids})
-    click.echo(f"{'nacked' if nack else 'acknowledged'} {len(ack_ids)}", err=True)
-
-
-@main.command()
-@click.argument("subscription")
-@click.argument("ack_ids", nargs=-1, required=True)
-@click.pass_context
-def ack(ctx: click.Context, subscription: str, ack_ids: tuple[str, ...]) -> None:
-    """Acknowledge messages of SUBSCRIPTION by their ack ids (from `pull`)."""
-    _settle(ctx, subscription, list(ack_ids), nack=False)
-
-
-@main.command()
-@click.argument("subscription")
-@click.argument("ack_ids", nargs=-1, required=True)
-@click.pass_context
-def nack(ctx: click.Context, subscription: str, ack_ids: tuple[str, ...]) -> None:
-    """Nack messages of SUBSCRIPTION by their ack ids: they are redelivered now."""
-    _settle(ctx, subscription, list(ack_ids), nack=True)
-
-
-def _none(text: str) -> None:
-    """An empty result, said on stderr (stdout stays empty for scripts)."""
-    click.echo(text, err=True)
-
-
-def _pairs(items: tuple[str, ...]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise click.BadParameter(f"expected key=value, got {item!r}")
-        out[key] = value
-    return out
 
 
 def _paged(ctx: click.Context, path: str, field: str) -> Iterator[Any]:
     token = ""
     while True:
-        doc = _backend(ctx).call(
+        doc = backend(ctx).call(
             "GET", f"{path}?pageSize=1000" + (f"&pageToken={token}" if token else "")
         )
         yield from doc.get(field, [])
         token = doc.get("nextPageToken", "")
         if not token:
             return
+
+
+def _add_message_commands() -> None:
+    from lakepubsub.cli_messages import COMMANDS
+
+    for command in COMMANDS:
+        main.add_command(command)
 
 
 def _add_spark_commands() -> None:
@@ -611,6 +434,7 @@ def _add_spark_commands() -> None:
     main.add_command(sql)
 
 
+_add_message_commands()
 _add_spark_commands()
 
 if __name__ == "__main__":

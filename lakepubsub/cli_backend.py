@@ -130,3 +130,36 @@ class DirectBackend:
     def close(self) -> None:
         self.portal.call(self.client.aclose)
         self._stack.close()
+
+
+def backend(ctx: click.Context) -> Backend:
+    """The backend of this invocation (made on first use, closed when it ends)."""
+    obj = ctx.ensure_object(dict)
+    if "backend" not in obj:
+        made: Backend = (
+            DirectBackend(obj["lake"]) if obj["direct"] else HttpBackend(obj["url"], obj["token"])
+        )
+        obj["backend"] = made
+        ctx.find_root().call_on_close(made.close)
+    found: Backend = obj["backend"]
+    return found
+
+
+def project_id(ctx: click.Context) -> str:
+    return str(ctx.ensure_object(dict)["project"])
+
+
+def none_found(text: str) -> None:
+    """An empty result, said on stderr (stdout stays empty for scripts)."""
+    click.echo(text, err=True)
+
+
+def pairs(items: tuple[str, ...]) -> dict[str, str]:
+    """``key=value`` options as a dict."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"expected key=value, got {item!r}")
+        out[key] = value
+    return out

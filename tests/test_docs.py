@@ -41,7 +41,8 @@ def test_every_cited_markdown_file_exists() -> None:
 
 
 def test_the_check_sees_a_missing_file() -> None:
-    assert _citations("as DESIGN.md section 4 says, and `docs/spark.md`") == {
-        "DESIGN.md",
+    missing = "NOT_IN_THE_REPOSITORY" + ".md"  # spelled apart, or this file would cite it
+    assert _citations(f"as {missing} section 4 says, and `docs/spark.md`") == {
+        missing,
         "docs/spark.md",
     }
