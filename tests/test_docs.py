@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# A file name a text may cite: `docs/spark.md`, DESIGN.md, bench/README.md.
+# A file name a text may cite, such as `docs/spark.md` or bench/README.md.
 CITED = re.compile(r"(?<![\w/.-])([\w./-]*[A-Za-z]\w*\.md)\b")
 # Reports that the quick benchmarks write (bench/results/*-quick.md); not kept.
 GENERATED = re.compile(r"-quick\.md$")
