@@ -48,6 +48,7 @@ class SchemaBody(Model):
     definition: str = ""
     revision_id: str | None = Field(default=None, description="Output only")
     revision_create_time: str | None = Field(default=None, description="Output only")
+    compiled_proto_schema: str | None = Field(default=None, description="Output only; ignored")
 
 
 class CommitSchemaRequest(Model):

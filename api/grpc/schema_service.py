@@ -14,7 +14,7 @@ from google.pubsub_v1.types import schema as sc
 from starlette.responses import Response
 
 from api import schemas
-from api.grpc.door import Call, GrpcDoor, Handler, as_dict, from_json
+from api.grpc.door import Call, GrpcDoor, Handler, as_dict, from_json, validated
 from api.grpc.services import _project
 from api.grpc.wire import pb
 from api.models import Model
@@ -50,9 +50,7 @@ def _body(model: type[Model], path_field: str) -> Callable[[Any], dict[str, Any]
     """The REST body of a request: its fields but the one the REST path carries."""
 
     def arguments(request: Any) -> dict[str, Any]:
-        doc = as_dict(request)
-        doc.pop(path_field, None)
-        return {"body": model.model_validate(doc)}
+        return {"body": validated(model, as_dict(request), path_fields=(path_field,))}
 
     return arguments
 
@@ -74,7 +72,7 @@ def _nothing(request: Any) -> dict[str, Any]:
 
 
 def _created(request: Any) -> dict[str, Any]:
-    body = schemas.SchemaBody.model_validate(as_dict(request.schema))
+    body = validated(schemas.SchemaBody, as_dict(request.schema))
     return {"body": body, "schema_id": request.schema_id}
 
 
