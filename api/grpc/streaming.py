@@ -89,7 +89,6 @@ class Stream:
         self.name = subscription_name(first.subscription)
         self.exactly_once = bool(sub.enable_exactly_once_delivery)
         self.ordering = bool(sub.enable_message_ordering)
-        self.attempts = sub.reports_delivery_attempts
         self.deadline_s = _deadline(first.stream_ack_deadline_seconds)
         self.max_messages: int = first.max_outstanding_messages
         if self.max_messages <= 0:
@@ -190,7 +189,7 @@ class Stream:
             self.out_bytes += size
         self.door.streams.delivered(self, [r.ack_id for r in received])
         response = StreamingPullResponse()
-        add_received(response.received_messages, received, attempts=self.attempts)
+        add_received(response.received_messages, received)
         await self._write(response)
 
     async def _write(self, response: Any) -> None:
