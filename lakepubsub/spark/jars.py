@@ -1,4 +1,5 @@
-"""The JVM side of lakepubsub's Spark: delta-spark and hadoop-aws, fetched once per machine.
+"""The JVM side of lakepubsub's Spark: delta-spark, hadoop-aws and spark-avro, fetched
+once per machine.
 
 The first session on a machine names the Maven packages (``spark.jars.packages``);
 Spark's Ivy downloads them with their dependencies into its cache (``~/.ivy2.5.2``)
@@ -62,10 +63,15 @@ def hadoop_version() -> str:
 
 
 def packages() -> tuple[str, ...]:
-    """Maven coordinates of delta-spark and hadoop-aws for this pyspark."""
+    """Maven coordinates of delta-spark, hadoop-aws and Spark's own spark-avro
+    (``from_avro``, for the typed views) for this pyspark. spark-protobuf is not
+    among them: the Maven registry this project reaches has no spark-protobuf
+    artifact of any version (measured: 404 for 3.5.0, 4.0.0 and 4.2.0), so the
+    typed views decode protobuf with the protobuf runtime (docs/spark.md)."""
     return (
         f"io.delta:delta-spark_{spark_minor()}_{SCALA_VERSION}:{DELTA_VERSION}",
         f"org.apache.hadoop:hadoop-aws:{hadoop_version()}",
+        f"org.apache.spark:spark-avro_{SCALA_VERSION}:{pyspark.__version__}",
     )
 
 

@@ -14,6 +14,10 @@
 ``truncations``
     every truncation the truncation job made (subscription, time, reason,
     offsets and bytes dropped).
+``<project>__<topic>__typed``, ``typed_decode_errors``
+    for a topic with an Avro schema, its messages decoded into one column per
+    field (``lakepubsub/spark/typed.py``), and the rows that did not decode,
+    counted.
 
 View names: each character of a project, topic or subscription id that is
 not a letter, digit or underscore becomes ``_``. Spark compares view names
@@ -53,6 +57,7 @@ from lakepubsub.leases import LEASED, WAITING, LeaseState
 from lakepubsub.settings import Settings
 from lakepubsub.spark.session import register_source
 from lakepubsub.spark.tables import pinned_version, read_table, spark_path
+from lakepubsub.spark.typed import ERRORS_VIEW, TYPED_SUFFIX, errors_frame, typed_frame
 from lakepubsub.subscriptions import Subscription
 from lakepubsub.topics import Topic
 
@@ -78,7 +83,7 @@ class View:
     """One registered view: its name, what it shows, and the table version it reads."""
 
     name: str
-    kind: str  # topic | backlog | topics | subscriptions | truncations
+    kind: str  # topic | typed | backlog | topics | subscriptions | truncations | …
     resource: str  # the topic or subscription path; "" for the lake-wide views
     version: int | None = None
 
@@ -124,6 +129,11 @@ def register(
             frame, table = loaded
             frame.createOrReplaceTempView(name)
             views.append(View(name, "topic", topic.name.path, table.version()))
+            typed = typed_frame(engine, topic, frame)
+            if typed is not None:
+                typed_name = names.take(f"{name}{SEPARATOR}{TYPED_SUFFIX}", topic.uid)
+                typed.createOrReplaceTempView(typed_name)
+                views.append(View(typed_name, "typed", topic.name.path, table.version()))
             topic_rows.append(_topic_row(engine, topic, name, table))
             latest = loaded if pinned is None and timestamp is None else None
             latest = latest or _topic_frame(spark, engine, topic, None, None)
@@ -142,11 +152,14 @@ def register(
                 continue
             _backlog(spark, topic_frame, state).createOrReplaceTempView(name)
             views.append(View(name, "backlog", sub.name.path))
-        lake_views = (
+        lake_views: list[tuple[str, DataFrame]] = [
             (TOPICS_VIEW, spark.createDataFrame(topic_rows, _TOPICS_SCHEMA)),
             (SUBSCRIPTIONS_VIEW, spark.createDataFrame(sub_rows, _SUBSCRIPTIONS_SCHEMA)),
             (TRUNCATIONS_VIEW, _truncations(spark, engine)),
-        )
+        ]
+        typed_views = [v.name for v in views if v.kind == "typed"]
+        if typed_views:  # only a lake with typed views has their error counts
+            lake_views.append((ERRORS_VIEW, errors_frame(spark, typed_views)))
     for name, frame in lake_views:
         frame.createOrReplaceTempView(name)
         views.append(View(name, name, ""))
@@ -177,7 +190,7 @@ class _Names:
     """View names handed out so far, compared as Spark compares them (case-insensitively)."""
 
     def __init__(self) -> None:
-        self.taken = {TOPICS_VIEW, SUBSCRIPTIONS_VIEW, TRUNCATIONS_VIEW}
+        self.taken = {TOPICS_VIEW, SUBSCRIPTIONS_VIEW, TRUNCATIONS_VIEW, ERRORS_VIEW}
 
     def take(self, name: str, uid: str) -> str:
         if name.lower() in self.taken:

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pyarrow as pa
+import pyspark
 import pytest
 
 from lakepubsub import errors
@@ -120,7 +121,8 @@ def test_partition_directories_escape_like_hive() -> None:
 
 
 def test_jar_coordinates_follow_pyspark() -> None:
-    delta, aws = jars.packages()
+    delta, aws, avro = jars.packages()
+    assert avro == f"org.apache.spark:spark-avro_2.13:{pyspark.__version__}"
     assert delta == f"io.delta:delta-spark_{jars.spark_minor()}_2.13:{jars.DELTA_VERSION}"
     # hadoop-aws must match the Hadoop jars pyspark ships, byte for byte.
     assert aws == f"org.apache.hadoop:hadoop-aws:{jars.hadoop_version()}"
