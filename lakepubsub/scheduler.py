@@ -111,6 +111,21 @@ class ConsoleProgress:
         self._total = 0
         self._done = 0
         self._started = 0.0
+        self._drawn = False  # a bar is on the current line, not yet ended
+
+    def clear(self) -> None:
+        """Wipe the bar from its line, so that a log record written next starts on a
+        clean line (``keep_logs_apart``); the next item draws the bar again."""
+        if self._drawn:
+            self.stream.write("\r\x1b[2K")
+            self.stream.flush()
+            self._drawn = False
+
+    def keep_logs_apart(self) -> None:
+        """Make the log handlers writing to this stream clear the bar before each record."""
+        for handler in logging.getLogger().handlers:
+            if getattr(handler, "stream", None) is self.stream:
+                handler.addFilter(_ClearBar(self))
 
     def begin(self, job: str, total: int) -> None:
         self._job, self._total, self._done = job, total, 0
@@ -130,11 +145,13 @@ class ConsoleProgress:
             self.stream.write(f"{text}…")
         self.stream.write("\n")
         self.stream.flush()
+        self._drawn = False
 
     def end(self) -> None:
         self._draw(f"done in {time.monotonic() - self._started:.1f} s")
         self.stream.write("\n")
         self.stream.flush()
+        self._drawn = False
 
     def _draw(self, item: str) -> None:
         filled = self.WIDTH * self._done // self._total if self._total else self.WIDTH
@@ -142,12 +159,29 @@ class ConsoleProgress:
         line = f"{self._job} [{bar}] {self._done}/{self._total} {item}"[:120]
         self.stream.write("\r\x1b[2K" + line)
         self.stream.flush()
+        self._drawn = True
+
+
+class _ClearBar(logging.Filter):
+    """Clears a console bar before its handler writes a record (a filter runs first)."""
+
+    def __init__(self, progress: ConsoleProgress) -> None:
+        super().__init__()
+        self.progress = progress
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.progress.clear()
+        return True
 
 
 def default_progress(stream: TextIO | None = None) -> Progress:
     """A bar on a terminal, periodic log lines otherwise."""
     stream = stream or sys.stderr
-    return ConsoleProgress(stream) if stream.isatty() else LogProgress()
+    if not stream.isatty():
+        return LogProgress()
+    console = ConsoleProgress(stream)
+    console.keep_logs_apart()
+    return console
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from lakepubsub.scheduler import (
     Scheduler,
     ScheduleSettings,
     Task,
+    default_progress,
 )
 
 
@@ -140,3 +141,28 @@ def test_a_job_names_the_spark_start_in_its_progress(
         assert ctx.spark is spark
         assert ctx.spark is spark
     assert phases == ["starting Spark"]
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_log_records_do_not_print_into_the_bar() -> None:
+    terminal = Terminal()
+    handler = logging.StreamHandler(terminal)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        progress = default_progress(terminal)
+        assert isinstance(progress, ConsoleProgress)
+        progress.begin("truncate", 2)
+        progress.advance("policies of projects/p/topics/t")
+        logging.getLogger("lakepubsub.jobs.truncate").warning("kept every message")
+        progress.advance("messages of projects/p/topics/t")
+        progress.end()
+    finally:
+        root.removeHandler(handler)
+    lines = [line.split("\x1b[2K")[-1] for line in terminal.getvalue().split("\n")]
+    assert "kept every message" in lines
+    assert not any("policies of" in line and "kept" in line for line in lines)
