@@ -28,6 +28,8 @@ from lakepubsub.constants import CONTENTION_MEMORY_S, PACE_FACTOR, PACE_MAX_S
 from lakepubsub.filters import Filter
 from lakepubsub.lease_table import LeaseTable
 from lakepubsub.leases import (
+    LEASE_SLACK_US,
+    WAITING,
     Claim,
     LeaseState,
     Planner,
@@ -219,11 +221,18 @@ class Dispatcher:
                     acks, self._acks = self._acks, []
                     truncates, self._truncates = self._truncates, []
                     pulls = list(self._pulls)
+                    if self.subscription.enable_message_ordering and len(pulls) > 1:
+                        # One pull a cycle, the longest waiting: a cycle may lease
+                        # several messages of a key, and they must all go to one
+                        # receiver, in order. The others are served next cycle.
+                        pulls = pulls[:1]
                     for pull in pulls:
                         pull.planned = True
-                    self._nudged = False
+                    self._nudged = len(pulls) < len(self._pulls)
                 started = time.monotonic()
                 self._cycle(acks, truncates, pulls)
+                if len(pulls) == 1:
+                    self._rotate(pulls[0])
                 last_work = time.monotonic()
                 next_poll = last_work + self._settings.pull_poll_interval_s
                 if last_work < self._contended_until:
@@ -233,6 +242,13 @@ class Dispatcher:
             self.stop(errors.Internal("delivery dispatcher failed"))
         finally:
             self._on_exit(self)
+
+    def _rotate(self, pull: PullRequest) -> None:
+        """A pull planned alone and still waiting goes behind the others."""
+        with self._cond:
+            if len(self._pulls) > 1 and pull in self._pulls:
+                self._pulls.remove(pull)
+                self._pulls.append(pull)
 
     def _contended(self) -> None:
         self._contended_until = time.monotonic() + CONTENTION_MEMORY_S
@@ -326,7 +342,8 @@ class Dispatcher:
         deadlines = {p.ack_deadline_s for p in pulls}
         uniform = len(deadlines) == 1
         if uniform and (deadline := deadlines.pop()) is not None:
-            policy = replace(policy, ack_deadline_s=deadline)  # every pull's own lease
+            # every pull's own lease (a stream's), with the slack for receipt modacks
+            policy = replace(policy, ack_deadline_s=deadline, lease_slack_us=LEASE_SLACK_US)
         planner = Planner(state, policy, self._settings.clock_us())
         ack_results = [
             planner.acknowledge(r.ack_ids)
@@ -420,8 +437,7 @@ class Dispatcher:
                 if ordering and key and key in busy:
                     planner.hold(message.offset, key)
                     continue
-                busy.add(key)
-                row = Row(schemas.KIND_MESSAGE, message.offset, ordering_key=key or None)
+                row = _new_row(schemas.KIND_MESSAGE, message.offset, key or None)
                 claims.append((planner.lease(row), message))
                 if len(claims) == demand:
                     end = message.offset + 1
@@ -500,13 +516,18 @@ def _apply_pull_deadlines(planner: Planner, claims: list[Claim], pulls: list[Pul
         at += pull.max_messages
         if pull.ack_deadline_s is not None:
             for claim in share:
-                planner.set_lease_deadline(claim.row.key, pull.ack_deadline_s)
+                planner.set_lease_deadline(claim.row.key, pull.ack_deadline_s, LEASE_SLACK_US)
+
+
+def _new_row(kind: int, offset: int, ordering_key: str | None) -> Row:
+    """A row not yet delivered (faster than ``Row(...)``'s keyword handling)."""
+    return tuple.__new__(Row, (kind, offset, 0, 0, WAITING, 0, ordering_key, None))
 
 
 def _received(claim: Claim, item: Message | TruncationEvent) -> ReceivedMessage:
     if isinstance(item, TruncationEvent):
         return ReceivedMessage(str(claim.ack_id), claim.row.attempt, event=item)
-    return ReceivedMessage(str(claim.ack_id), claim.row.attempt, message=item)
+    return tuple.__new__(ReceivedMessage, (str(claim.ack_id), claim.row.attempt, item, None))
 
 
 T = TypeVar("T")

@@ -20,6 +20,16 @@ S3_CREDENTIALS = {
 }
 
 
+class Clock:
+    """A clock the test drives (``Settings.clock_us``): lease expiry without sleeping."""
+
+    def __init__(self, now_us: int = 1_000_000_000_000) -> None:
+        self.now_us = now_us
+
+    def __call__(self) -> int:
+        return self.now_us
+
+
 @dataclass(frozen=True)
 class MotoServer:
     endpoint: str

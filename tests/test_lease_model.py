@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from support import Clock
 
 from lakepubsub import (
     Engine,
@@ -35,14 +36,6 @@ class Delivery:
     ack_id: str
     deadline_us: int  # lease end; for a nacked message, when it may be redelivered
     nacked: bool = False
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now_us = 1_000_000_000_000
-
-    def __call__(self) -> int:
-        return self.now_us
 
 
 class LeaseMachine(RuleBasedStateMachine):

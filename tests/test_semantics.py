@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from support import LakeSpec
+from support import Clock, LakeSpec
 
 from lakepubsub import (
     DeadLetterPolicy,
@@ -26,14 +26,6 @@ from lakepubsub import (
 
 TOPIC = TopicName("proj", "semantics")
 US = 1_000_000
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now_us = 2_000_000_000_000_000
-
-    def __call__(self) -> int:
-        return self.now_us
 
 
 def offsets(received: list[ReceivedMessage]) -> list[int]:
@@ -97,19 +89,42 @@ def test_label_query_is_accepted_as_filter(engine: Engine) -> None:
 # -- ordering keys --------------------------------------------------------------------
 
 
-def test_ordering_key_delivers_one_at_a_time_in_order(engine: Engine) -> None:
+def test_ordering_key_delivers_a_key_together_in_order(engine: Engine) -> None:
     sub = make(engine, "ordered", enable_message_ordering=True)
     engine.publish(TOPIC, [PublishMessage(f"a{i}".encode(), ordering_key="A") for i in range(3)])
     engine.publish(TOPIC, [PublishMessage(b"b0", ordering_key="B"), PublishMessage(b"free")])
     first = engine.pull(sub, max_messages=10)
-    assert offsets(first) == [0, 3, 4], "the head of each key, and unkeyed messages"
+    assert offsets(first) == [0, 1, 2, 3, 4], "a key's messages go out together, in order"
+    assert engine.pull(sub, max_messages=10, return_immediately=True) == []
+    # New messages of a key that is out wait behind it.
+    engine.publish(TOPIC, [PublishMessage(f"a{i}".encode(), ordering_key="A") for i in (3, 4)])
     assert engine.pull(sub, max_messages=10, return_immediately=True) == []
     a0 = next(r for r in first if r.message and r.message.offset == 0)
     engine.nack(sub, [a0.ack_id])
     again = engine.pull(sub, max_messages=10, return_immediately=True)
-    assert offsets(again) == [0], "a nacked head is redelivered before the rest of its key"
-    engine.acknowledge(sub, [again[0].ack_id])
-    assert offsets(engine.pull(sub, max_messages=10, return_immediately=True)) == [1]
+    assert offsets(again) == [0, 1, 2, 5, 6], (
+        "a nacked message goes again with the key's later ones, out or held, in order"
+    )
+    assert engine.pull(sub, max_messages=10, return_immediately=True) == []
+
+
+def test_ordering_holds_a_key_behind_a_message_backing_off(engine: Engine) -> None:
+    sub = make(
+        engine,
+        "ordered-backoff",
+        enable_message_ordering=True,
+        retry_policy=RetryPolicy(minimum_backoff_s=60, maximum_backoff_s=60),
+    )
+    engine.publish(TOPIC, [PublishMessage(f"a{i}".encode(), ordering_key="A") for i in range(3)])
+    first = engine.pull(sub, max_messages=1)
+    assert offsets(first) == [0]
+    assert engine.pull(sub, max_messages=10, return_immediately=True) == [], (
+        "the rest of A waits while a0 is out"
+    )
+    engine.nack(sub, [first[0].ack_id])
+    assert engine.pull(sub, max_messages=10, return_immediately=True) == [], (
+        "a0 backs off for a minute; nothing of A may pass it"
+    )
 
 
 def test_ordering_under_concurrent_consumers(lake: LakeSpec) -> None:
@@ -180,7 +195,7 @@ def test_dead_letter_topic_must_exist(engine: Engine) -> None:
 
 
 def test_retry_policy_backs_off_exponentially(lake: LakeSpec) -> None:
-    clock = Clock()
+    clock = Clock(2_000_000_000_000_000)
     with Engine(lake.settings(clock_us=clock)) as engine:
         sub = make(engine, "retry", retry_policy=RetryPolicy(10, 60))
         engine.publish(TOPIC, [PublishMessage(b"x")])

@@ -69,10 +69,14 @@ class Streams:
             self.settled(ack_ids)
             return
         self.settled([a for a in ack_ids if a in failures])
+        owners = set()
         for ack_id in ack_ids:
             stream = self._owner.get(ack_id)
             if stream is not None and ack_id not in failures:
                 stream.extend(ack_id, seconds)
+                owners.add(stream)
+        for stream in owners:
+            stream.lease_s = max(constants.MIN_ACK_DEADLINE_S, seconds)
 
     def closed(self, stream: Stream) -> None:
         for ack_id in list(stream.out):
@@ -90,6 +94,12 @@ class Stream:
         self.exactly_once = bool(sub.enable_exactly_once_delivery)
         self.ordering = bool(sub.enable_message_ordering)
         self.deadline_s = _deadline(first.stream_ack_deadline_seconds)
+        # How long the stream's leases last: the client's latest deadline change,
+        # which Google's clients send for every message on receipt (their own ack
+        # deadline, not the stream's); until one arrives, the stream's deadline.
+        # Leasing for what the receipt change will ask lets the dispatcher skip
+        # writing it (leases.LEASE_SLACK_US).
+        self.lease_s: int | None = None
         self.max_messages: int = first.max_outstanding_messages
         if self.max_messages <= 0:
             self.max_messages = DEFAULT_MAX_OUTSTANDING
@@ -112,6 +122,9 @@ class Stream:
         entry = self.out.get(ack_id)
         if entry is not None:
             self.out[ack_id] = (entry[0], time.monotonic() + seconds)
+
+    def _lease_s(self) -> int:
+        return self.lease_s or self.deadline_s
 
     def room(self) -> int:
         """How many messages the stream may be sent now (0: wait for acks)."""
@@ -172,7 +185,7 @@ class Stream:
     async def _pull(self, room: int) -> list[ReceivedMessage]:
         engine = self.door.engine
         future: Future[list[ReceivedMessage]]
-        kwargs: dict[str, Any] = {"max_messages": room, "ack_deadline_s": self.deadline_s}
+        kwargs: dict[str, Any] = {"max_messages": room, "ack_deadline_s": self._lease_s()}
         if engine.publish_needs_no_io():  # the catalog is cached: no storage read here
             future = engine.pull_future(self.name, **kwargs)
         else:
@@ -182,7 +195,7 @@ class Stream:
     async def _send(self, received: list[ReceivedMessage]) -> None:
         if not received:
             return
-        until = time.monotonic() + self.deadline_s
+        until = time.monotonic() + self._lease_s()
         for r in received:
             size = r.message.size if r.message is not None else 0
             self.out[r.ack_id] = (size, until)

@@ -1,0 +1,116 @@
+"""Stream leases (a pull with its own ``ack_deadline_s``, as StreamingPull makes):
+they run ``LEASE_SLACK_US`` past the deadline asked for, so the deadline change
+Google's clients send on receipt is not written, and the deadlines still hold.
+
+The engine runs for real on a local Delta lake; only the clock is driven.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from support import Clock
+
+from lakepubsub import (
+    Engine,
+    PublishMessage,
+    Settings,
+    Subscription,
+    SubscriptionName,
+    Topic,
+    TopicName,
+)
+from lakepubsub.ackids import AckId
+from lakepubsub.lease_table import LeaseTable
+from lakepubsub.leases import LEASE_SLACK_US, LeaseState
+
+TOPIC = TopicName("proj", "stream-leases")
+SUB = SubscriptionName("proj", "stream-leases-sub")
+US = 1_000_000
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def start(tmp_path: object, clock: Clock, *, exactly_once: bool = False) -> Engine:
+    engine = Engine(Settings(lake=str(tmp_path), pull_wait_s=0.2, clock_us=clock))
+    engine.create_topic(Topic(TOPIC))
+    engine.create_subscription(
+        Subscription(SUB, TOPIC, ack_deadline_s=10, enable_exactly_once_delivery=exactly_once)
+    )
+    engine.publish(TOPIC, [PublishMessage(b"one")])
+    return engine
+
+
+@pytest.fixture
+def engine(tmp_path: object, clock: Clock) -> Iterator[Engine]:
+    with start(tmp_path, clock) as eng:
+        yield eng
+
+
+def leases(engine: Engine) -> LeaseState:
+    uid = engine.get_subscription(SUB).uid
+    return LeaseTable(engine.lake, uid).state()
+
+
+def stream_pull(engine: Engine, deadline_s: int) -> str:
+    got = engine.pull_future(SUB, max_messages=10, ack_deadline_s=deadline_s).result()
+    assert len(got) == 1
+    return got[0].ack_id
+
+
+def redelivered(engine: Engine) -> bool:
+    return bool(engine.pull(SUB, max_messages=10, return_immediately=True))
+
+
+def test_a_stream_lease_runs_the_slack_past_its_deadline(engine: Engine, clock: Clock) -> None:
+    ack_id = stream_pull(engine, 30)
+    row = leases(engine).rows[AckId.parse(ack_id).key]
+    assert row.deadline_us == clock.now_us + 30 * US + LEASE_SLACK_US
+    clock.now_us += 30 * US + LEASE_SLACK_US - 1
+    assert not redelivered(engine)
+    clock.now_us += 2
+    assert redelivered(engine)
+
+
+def test_the_receipt_deadline_change_is_not_written(engine: Engine, clock: Clock) -> None:
+    ack_id = stream_pull(engine, 30)
+    version = leases(engine).version
+    clock.now_us += LEASE_SLACK_US // 2  # the client's receipt change, a moment later
+    assert engine.modify_ack_deadline(SUB, [ack_id], 30) == {}
+    assert leases(engine).version == version
+    # The lease still lasts at least the 30 s asked for on receipt.
+    clock.now_us += 30 * US
+    assert not redelivered(engine)
+
+
+def test_a_shorter_deadline_is_written_and_holds(engine: Engine, clock: Clock) -> None:
+    ack_id = stream_pull(engine, 60)
+    engine.modify_ack_deadline(SUB, [ack_id], 10)
+    row = leases(engine).rows[AckId.parse(ack_id).key]
+    assert row.deadline_us == clock.now_us + 10 * US
+    clock.now_us += 10 * US + 1
+    assert redelivered(engine)
+
+
+def test_a_longer_deadline_is_written(engine: Engine, clock: Clock) -> None:
+    ack_id = stream_pull(engine, 10)
+    clock.now_us += 5 * US
+    engine.modify_ack_deadline(SUB, [ack_id], 10)
+    row = leases(engine).rows[AckId.parse(ack_id).key]
+    assert row.deadline_us == clock.now_us + 10 * US
+
+
+def test_exactly_once_still_refuses_a_stale_id_whose_change_is_skipped(
+    tmp_path: object, clock: Clock
+) -> None:
+    with start(tmp_path, clock, exactly_once=True) as engine:
+        first = stream_pull(engine, 10)
+        engine.nack(SUB, [first])
+        second = stream_pull(engine, 10)
+        assert engine.modify_ack_deadline(SUB, [second], 10) == {}
+        failures = engine.modify_ack_deadline(SUB, [first], 10)
+        assert failures == {first: "PERMANENT_FAILURE_INVALID_ACK_ID"}
