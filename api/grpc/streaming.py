@@ -90,6 +90,7 @@ class Stream:
     def __init__(self, door: GrpcDoor, context: Any, first: Any, sub: Any) -> None:
         self.door = door
         self.context = context
+        self.attempts = sub.reports_delivery_attempts  # whether delivery_attempt is sent
         self.name = subscription_name(first.subscription)
         self.exactly_once = bool(sub.enable_exactly_once_delivery)
         self.ordering = bool(sub.enable_message_ordering)
@@ -202,7 +203,7 @@ class Stream:
             self.out_bytes += size
         self.door.streams.delivered(self, [r.ack_id for r in received])
         response = StreamingPullResponse()
-        add_received(response.received_messages, received)
+        add_received(response.received_messages, received, attempts=self.attempts)
         await self._write(response)
 
     async def _write(self, response: Any) -> None:

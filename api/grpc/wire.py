@@ -28,7 +28,7 @@ def subscription_name(path: str) -> SubscriptionName:
     return SubscriptionName.parse(path)
 
 
-def add_received(repeated: Any, received: list[ReceivedMessage], *, attempts: bool = True) -> None:
+def add_received(repeated: Any, received: list[ReceivedMessage], *, attempts: bool) -> None:
     """Append deliveries to a ``repeated ReceivedMessage`` field, filling each in place
     (a fifth of the CPU of building the messages and copying them in). A truncation
     event is a message without data whose attributes describe it, as on the REST door.

@@ -13,10 +13,11 @@ import grpc
 import pytest
 from google.api_core import exceptions
 from google.cloud import pubsub_v1
+from google.cloud.pubsub_v1.subscriber.message import Message
 from google.cloud.pubsub_v1.types import PublisherOptions
 from google.protobuf import field_mask_pb2
 from google.pubsub_v1.types import pubsub as ps
-from grpckit import Names, Serve, start_serve, stop_serve
+from grpckit import Names, Serve, start_serve, stop_serve, wait_until
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from support import LakeSpec
@@ -217,3 +218,21 @@ def test_delivery_attempt_only_with_a_dead_letter_policy(
     assert [r.delivery_attempt for r in plain_pull.received_messages] == [0]
     dlq_pull = subscriber.pull(subscription=with_policy, max_messages=10)
     assert [r.delivery_attempt for r in dlq_pull.received_messages] == [1]
+    subscriber.modify_ack_deadline(
+        subscription=plain,
+        ack_ids=[plain_pull.received_messages[0].ack_id],
+        ack_deadline_seconds=0,
+    )
+    streamed: list[Message] = []
+
+    def callback(message: Message) -> None:
+        streamed.append(message)
+        message.ack()
+
+    future = subscriber.subscribe(plain, callback)
+    try:
+        assert wait_until(lambda: len(streamed) >= 1, 60)
+    finally:
+        future.cancel()
+        future.result(timeout=30)
+    assert streamed[0].delivery_attempt is None  # the client's word for "not set"
