@@ -286,10 +286,11 @@ class SubscriptionPusher:
             if self._stopped or not self.sub.push_config.is_push:
                 self._release(received)
                 continue
-            for item in received:
+            for group in _in_order(received, self.sub.enable_message_ordering):
+                # The first push's ticket now, before the next pull sizes itself.
                 flow = self.flow
                 ticket = flow.dispatch(pulled_at)
-                task = asyncio.create_task(self._deliver(item, flow, ticket, pulled_at))
+                task = asyncio.create_task(self._deliver_group(group, flow, ticket, pulled_at))
                 self._deliveries.add(task)
                 task.add_done_callback(self._deliveries.discard)
 
@@ -313,9 +314,23 @@ class SubscriptionPusher:
 
     # -- one delivery ---------------------------------------------------------------------
 
+    async def _deliver_group(
+        self, group: list[ReceivedMessage], flow: FlowControl, ticket: Ticket, pulled_at: float
+    ) -> None:
+        """Push one message, or an ordering key's messages one at a time, in order: once
+        one is not acknowledged, the rest are nacked unpushed and go again after it."""
+        for at, item in enumerate(group):
+            if at:
+                flow = self.flow
+                ticket = flow.dispatch(pulled_at)
+            outcome = await self._deliver(item, flow, ticket, pulled_at)
+            if outcome is not Outcome.ACK:
+                self._nacks.extend(r.ack_id for r in group[at + 1 :])
+                return
+
     async def _deliver(
         self, item: ReceivedMessage, flow: FlowControl, ticket: Ticket, pulled_at: float
-    ) -> None:
+    ) -> Outcome:
         sub = self.sub
         outcome = Outcome.NACK
         try:
@@ -323,14 +338,14 @@ class SubscriptionPusher:
             if remaining < MIN_PUSH_TIME_S:
                 flow.cancel(ticket)
                 self._nacks.append(item.ack_id)
-                return
+                return outcome
             try:
                 endpoint = parse_endpoint(sub.push_config.push_endpoint)
             except UnsafeEndpoint as exc:
                 self._warn("endpoint refused: %s", exc.message)
                 flow.record(ticket, Outcome.NACK, time.monotonic())
                 self._nacks.append(item.ack_id)
-                return
+                return outcome
             request = envelope.build(sub, item)
             started = time.monotonic()
             result = await self._sender.send(
@@ -352,6 +367,7 @@ class SubscriptionPusher:
         finally:
             self._settle.set()
             self._wake.set()
+        return outcome
 
     def _authorization(self, sub: Subscription) -> str | None:
         oidc = sub.push_config.oidc_token
@@ -411,3 +427,22 @@ class SubscriptionPusher:
         if now - self._warned_at >= WARN_INTERVAL_S:
             self._warned_at = now
             log.warning("push %s: " + message, self.sub.name.path, *args)
+
+
+def _in_order(received: list[ReceivedMessage], ordering: bool) -> list[list[ReceivedMessage]]:
+    """Deliveries in push groups: each alone, or with ordering, an ordering key's
+    messages together, in the order they came (offset order)."""
+    if not ordering:
+        return [[r] for r in received]
+    groups: list[list[ReceivedMessage]] = []
+    by_key: dict[str, list[ReceivedMessage]] = {}
+    for r in received:
+        key = r.message.ordering_key if r.message is not None else ""
+        if not key:
+            groups.append([r])
+        elif key in by_key:
+            by_key[key].append(r)
+        else:
+            by_key[key] = [r]
+            groups.append(by_key[key])
+    return groups
