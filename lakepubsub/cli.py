@@ -121,8 +121,8 @@ def _check_lake(lake: str) -> None:
     "--port",
     default=DEFAULT_PORT,
     show_default=True,
-    type=click.IntRange(1, MAX_PORT),
-    help="Port for REST and gRPC alike.",
+    type=click.IntRange(0, MAX_PORT),
+    help="Port for REST and gRPC alike (0: a free one, printed at start).",
 )
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1), help="Processes.")
 @click.option(

@@ -87,7 +87,7 @@ def test_a_port_out_of_range_is_refused() -> None:
     result = run("serve", "--port", "99999")
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
-    assert "99999 is not in the range 1<=x<=65535" in result.stderr
+    assert "99999 is not in the range 0<=x<=65535" in result.stderr
 
 
 def test_an_unreachable_server_is_one_line_with_a_hint() -> None:
