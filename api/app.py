@@ -14,7 +14,7 @@ import lakepubsub
 from api import auth, docs, errors, models, schemas, snapshots, subscriptions, topics
 from api.deps import EngineDep, json_response
 from api.grpc import GrpcDoor, oneport
-from api.middleware import LimitBody, Metrics
+from api.middleware import Admission, LimitBody, Metrics
 from lakepubsub import Engine, Settings, push
 
 DESCRIPTION = """\
@@ -73,6 +73,7 @@ def create_app(engine: Engine | None = None, *, grpc: bool | None = None) -> Fas
     app.include_router(schemas.router)
     app.add_middleware(Metrics)
     app.add_middleware(LimitBody)
+    app.add_middleware(Admission)  # outermost: a refusal costs no other middleware
     _add_operational_routes(app)
     docs.install(app)
     _document_models(app)

@@ -1,4 +1,5 @@
-"""ASGI middleware: request size limit and HTTP metrics. Pure ASGI for low overhead."""
+"""ASGI middleware: admission control, request size limit and HTTP metrics. Pure ASGI
+for low overhead."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from prometheus_client import Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import error_response
+from lakepubsub import constants
+from lakepubsub.settings import Settings
 
 # Twice the 10 MB publish limit covers base64's 4/3 growth and JSON framing;
 # anything larger is refused before it is read into memory.
@@ -16,12 +19,65 @@ MAX_BODY_BYTES = 20 * 1024 * 1024
 HTTP_REQUESTS = Counter(
     "lakepubsub_http_requests_total", "HTTP requests", ["method", "route", "code"]
 )
+OVERLOAD_REFUSED = Counter(
+    "lakepubsub_overload_refused_total", "Requests refused with 429 because the process was full"
+)
 HTTP_SECONDS = Histogram(
     "lakepubsub_http_request_seconds",
     "HTTP request latency",
     ["route"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
+
+
+class Admission:
+    """Answer RESOURCE_EXHAUSTED (429, ``Retry-After``) at once when this process already
+    has ``max_inflight_requests`` API requests or ``max_inflight_body_bytes`` of request
+    bodies in flight, instead of letting work queue without bound: past its capacity
+    the server keeps answering quickly, and memory stays bounded. Pulls are not
+    counted (a long poll waits by design; each holds one connection and no body).
+    The limits are the app's engine's settings, read on the first request."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.requests = 0
+        self.body_bytes = 0
+        self.limits: tuple[int, int] | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or not path.startswith("/v1/") or path.endswith(":pull"):
+            await self.app(scope, receive, send)
+            return
+        if self.limits is None:
+            engine = getattr(scope["app"].state, "engine", None)
+            settings: Settings = engine.settings if engine is not None else Settings()
+            self.limits = (settings.max_inflight_requests, settings.max_inflight_body_bytes)
+        size = 0
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length" and value.isdigit():
+                size = int(value)
+        max_requests, max_bytes = self.limits
+        full = self.body_bytes and self.body_bytes + size > max_bytes
+        if self.requests >= max_requests or full:
+            await _overloaded(scope, receive, send)
+            return
+        self.requests += 1
+        self.body_bytes += size
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.requests -= 1
+            self.body_bytes -= size
+
+
+async def _overloaded(scope: Scope, receive: Receive, send: Send) -> None:
+    OVERLOAD_REFUSED.inc()
+    response = error_response(
+        429, "RESOURCE_EXHAUSTED", "The server is overloaded; retry after a moment."
+    )
+    response.headers["retry-after"] = str(constants.OVERLOAD_RETRY_AFTER_S)
+    await response(scope, receive, send)
 
 
 class BodyTooLarge(Exception):

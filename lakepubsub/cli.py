@@ -14,6 +14,7 @@ import click
 from botocore.exceptions import BotoCoreError, ClientError
 
 import lakepubsub
+from lakepubsub import constants
 from lakepubsub.cli_backend import (
     STORAGE_HINT,
     CliError,
@@ -166,6 +167,7 @@ def serve(
         ssl_certfile=tls_cert,
         ssl_keyfile=tls_key,
         timeout_graceful_shutdown=30,
+        timeout_keep_alive=constants.KEEP_ALIVE_S,
         http=OnePortProtocol,
     )
 

@@ -118,6 +118,21 @@ CATALOG_MAX_STALENESS_S = 1.0
 PULL_WAIT_S = 10.0
 PULL_POLL_INTERVAL_S = 0.1
 
+# Admission control: past this many requests in flight in one process (pulls,
+# which wait by design, not counted), or this many request-body bytes, a request
+# is answered RESOURCE_EXHAUSTED at once with Retry-After instead of queueing.
+# At ~1 ms of server CPU per request, 512 queued requests are ~0.5 s of work.
+MAX_INFLIGHT_REQUESTS = 512
+MAX_INFLIGHT_BODY_BYTES = 256 * 1024 * 1024
+OVERLOAD_RETRY_AFTER_S = 1
+# gRPC calls in flight per process, StreamingPull streams included; past it
+# grpcio answers RESOURCE_EXHAUSTED.
+MAX_CONCURRENT_RPCS = 2048
+# An idle keep-alive connection is closed after this long: past the idle expiry
+# of common clients' pools (httpx and aiohttp 5 s, Go 90 s is the exception),
+# so a client never sends on a connection the server is closing.
+KEEP_ALIVE_S = 75
+
 # Closing an engine waits this long for each dispatcher's cycle in progress.
 CLOSE_WAIT_S = 30.0
 

@@ -43,6 +43,8 @@ class Settings:
     pull_poll_interval_s: float = constants.PULL_POLL_INTERVAL_S
     commit_attempts: int = constants.COMMIT_ATTEMPTS
     worker_idle_exit_s: float = constants.WORKER_IDLE_EXIT_S
+    max_inflight_requests: int = constants.MAX_INFLIGHT_REQUESTS
+    max_inflight_body_bytes: int = constants.MAX_INFLIGHT_BODY_BYTES
     # The clock lease deadlines are measured against (tests drive it by hand).
     clock_us: Callable[[], int] = field(default=wall_clock_us, compare=False, repr=False)
 
@@ -66,5 +68,11 @@ class Settings:
                 env.get("LAKEPUBSUB_CATALOG_MAX_STALENESS_S", constants.CATALOG_MAX_STALENESS_S)
             ),
             pull_wait_s=float(env.get("LAKEPUBSUB_PULL_WAIT_S", constants.PULL_WAIT_S)),
+            max_inflight_requests=int(
+                env.get("LAKEPUBSUB_MAX_INFLIGHT_REQUESTS", constants.MAX_INFLIGHT_REQUESTS)
+            ),
+            max_inflight_body_bytes=int(
+                env.get("LAKEPUBSUB_MAX_INFLIGHT_BODY_BYTES", constants.MAX_INFLIGHT_BODY_BYTES)
+            ),
         )
         return replace(settings, **overrides)  # type: ignore[arg-type]

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ValidationError
 
 from api import auth
 from api.errors import invalid_request, rpc_status
-from lakepubsub import errors
+from lakepubsub import constants, errors
 from lakepubsub.iam import Principal
 
 log = logging.getLogger(__name__)
@@ -159,7 +159,9 @@ class GrpcDoor:
         self.loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         self.closing = asyncio.Event()
-        server = grpc.aio.server(options=SERVER_OPTIONS)
+        server = grpc.aio.server(
+            options=SERVER_OPTIONS, maximum_concurrent_rpcs=constants.MAX_CONCURRENT_RPCS
+        )
         server.add_generic_rpc_handlers(handlers(self))
         self.port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
