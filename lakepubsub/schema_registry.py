@@ -15,6 +15,7 @@ within a schema); their ids are 8 random hex digits, as Pub/Sub's.
 
 from __future__ import annotations
 
+import functools
 import secrets
 import threading
 import time
@@ -43,6 +44,8 @@ ENCODING_ATTRIBUTE = "googclient_schemaencoding"
 REVISION_ATTRIBUTE = "googclient_schemarevisionid"
 SCHEMA_ATTRIBUTES = (NAME_ATTRIBUTE, ENCODING_ATTRIBUTE, REVISION_ATTRIBUTE)
 INVALID_MESSAGE = "Invalid data in message: Message failed schema validation."
+# Request sizes (message counts) whose attribute layout is kept built: a few KiB each.
+ATTRIBUTE_LAYOUTS_CACHED = 64
 
 
 @dataclass(frozen=True)
@@ -255,18 +258,24 @@ class SchemaRegistry:
                 "schemaSettings change"
             )
         allowed = self._allowed_revisions(view, settings)
-        data = batch.columns.column("data").to_pylist()
-        chosen = []
-        for i, blob in enumerate(data):
-            problem = None
-            for revision_id, compiled in allowed:
-                problem = compiled.problem(blob or b"", settings.encoding)
+        data = [blob or b"" for blob in batch.columns.column("data").to_pylist()]
+        chosen = [""] * len(data)
+        # Each revision, newest first, checks in one pass the messages no newer one took.
+        pending = list(range(len(data)))
+        refused: list[tuple[int, str]] = []
+        for revision_id, compiled in allowed:
+            found = compiled.problems([data[i] for i in pending], settings.encoding)
+            refused = []
+            for i, problem in zip(pending, found, strict=True):
                 if problem is None:
-                    chosen.append(revision_id)
-                    break
-            else:
-                raise errors.InvalidArgument(f"{INVALID_MESSAGE} messages[{i}]: {problem}")
-        return _with_attributes(batch, settings, chosen)
+                    chosen[i] = revision_id
+                else:
+                    refused.append((i, problem))
+            if not refused:
+                return _with_attributes(batch, settings, chosen)
+            pending = [i for i, _ in refused]
+        i, problem = refused[0]
+        raise errors.InvalidArgument(f"{INVALID_MESSAGE} messages[{i}]: {problem}")
 
     def _allowed_revisions(
         self, view: cat.View, settings: SchemaSettings
@@ -412,14 +421,18 @@ def _with_attributes(batch: Batch, settings: SchemaSettings, revisions: list[str
     n = columns.num_rows
     fixed = len(NAME_ATTRIBUTE) + len(ENCODING_ATTRIBUTE) + len(REVISION_ATTRIBUTE)
     fixed += len(settings.schema.encode()) + len(settings.encoding)
-    added = [fixed + len(r) for r in revisions]
+    one_revision = n > 0 and revisions.count(revisions[0]) == n
     current = columns.column("attributes")
     if current.null_count == n:
-        keys = pa.array(list(SCHEMA_ATTRIBUTES) * n, pa.string())
-        values = pa.array(
-            [v for r in revisions for v in (settings.schema, settings.encoding, r)], pa.string()
-        )
-        offsets = pa.array(range(0, 3 * n + 1, 3), pa.int32())
+        keys, offsets, picks = _attribute_layout(n)
+        if one_revision:  # the usual request: the three values taken n times
+            triple = (settings.schema, settings.encoding, revisions[0])
+            values = pa.array(triple, pa.string()).take(picks)
+        else:
+            values = pa.array(
+                [v for r in revisions for v in (settings.schema, settings.encoding, r)],
+                pa.string(),
+            )
         merged: pa.Array = pa.MapArray.from_arrays(offsets, keys, values)
     else:
         rows = []
@@ -432,8 +445,25 @@ def _with_attributes(batch: Batch, settings: SchemaSettings, revisions: list[str
             ]
             rows.append(kept)
         merged = pa.array(rows, schemas.ATTRIBUTES)
-    sizes = pc.add(columns.column("size"), pa.array(added, pa.int64()))
+    if one_revision:
+        each = fixed + len(revisions[0])
+        sizes = pc.add(columns.column("size"), pa.scalar(each, pa.int64()))
+        added = each * n
+    else:
+        more = [fixed + len(r) for r in revisions]
+        sizes = pc.add(columns.column("size"), pa.array(more, pa.int64()))
+        added = sum(more)
     out = columns.set_column(
         columns.schema.get_field_index("attributes"), "attributes", merged
     ).set_column(columns.schema.get_field_index("size"), "size", sizes)
-    return Batch(out, batch.size + sum(added))
+    return Batch(out, batch.size + added)
+
+
+@functools.lru_cache(maxsize=ATTRIBUTE_LAYOUTS_CACHED)
+def _attribute_layout(n: int) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """For n messages with only the schema attributes: their keys, the map offsets,
+    and the positions that repeat one message's three values n times."""
+    keys = pa.array(SCHEMA_ATTRIBUTES * n, pa.string())
+    offsets = pa.array(range(0, 3 * n + 1, 3), pa.int32())
+    picks = pa.array((0, 1, 2) * n, pa.int32())
+    return keys, offsets, picks

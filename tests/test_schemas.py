@@ -177,6 +177,60 @@ def test_publish_validates_and_tags_every_message(engine: Engine) -> None:
     )
 
 
+def _sizes_count_attributes(engine: Engine, topic: TopicName) -> None:
+    for m in engine_messages(engine, topic):
+        assert m.size == len(m.data) + sum(len(k) + len(v) for k, v in m.attributes.items())
+
+
+@pytest.mark.parametrize("lake", ["local"], indirect=True)
+def test_each_binary_message_is_one_whole_record(engine: Engine) -> None:
+    """A request's binary messages are read from one stream, one after the other: each
+    record must end exactly where its message ends, whatever its neighbours hold."""
+    engine.schemas.create(SCHEMA, "AVRO", json.dumps(STATE_V1))
+    topic = _schema_topic(engine, "states-stream", encoding="BINARY")
+    good = avro_binary(STATE_V1, {"name": "Alabama", "post_abbr": "AL"})
+    refused = [
+        # A truncated record would read on into the next message.
+        ([good, good[:-1], good], 1, "the record needs 1 bytes more than the message has"),
+        # Two halves that make one record together are two invalid messages.
+        ([good[:5], good[5:]], 0, "bytes more than the message has"),
+        ([b"", good], 0, "bytes more than the message has"),
+        ([good + b"\x00", good], 0, "1 bytes left after the Avro record"),
+        ([good, good, good[:-1]], 2, "not a valid BINARY Avro message"),
+    ]
+    before = engine.topic_head(topic)
+    for messages, index, reason in refused:
+        with pytest.raises(errors.InvalidArgument, match=rf"messages\[{index}\]: .*{reason}"):
+            # (an attribute each: a message may have empty data only with one)
+            engine.publish(topic, [PublishMessage(m, {"k": "v"}) for m in messages])
+    assert engine.topic_head(topic) == before  # nothing of a refused request was written
+    assert len(engine.publish(topic, [PublishMessage(good)] * 250)) == 250
+    stored = engine_messages(engine, topic)
+    assert [m.data for m in stored] == [good] * 250
+    _sizes_count_attributes(engine, topic)
+
+
+@pytest.mark.parametrize("lake", ["local"], indirect=True)
+def test_json_avro_requests_name_the_first_invalid_message(engine: Engine) -> None:
+    engine.schemas.create(SCHEMA, "AVRO", json.dumps(STATE_V1))
+    topic = _schema_topic(engine, "states-json", encoding="JSON")
+    good = b'{"name": "Alabama", "post_abbr": "AL"}'
+    refused = [
+        [good, b'{"name": "Alaska"}', good],
+        [good, good, b'{"name": "Alaska", "post_abbr": 7}'],
+        [good, good, good, b'{"name": "A", "post_abbr": "AL"} {}'],
+        [good, b"not json"],
+    ]
+    before = engine.topic_head(topic)
+    for messages in refused:
+        index = len(messages) - 1 if messages[-1] != good else 1
+        with pytest.raises(errors.InvalidArgument, match=rf"messages\[{index}\]"):
+            engine.publish(topic, [PublishMessage(m) for m in messages])
+    assert engine.topic_head(topic) == before
+    assert len(engine.publish(topic, [PublishMessage(good)] * 3)) == 3
+    _sizes_count_attributes(engine, topic)
+
+
 def engine_messages(engine: Engine, topic: TopicName) -> list:  # type: ignore[type-arg]
     from lakepubsub.messages import from_arrow
     from lakepubsub.topic_table import MessagesTable
@@ -195,6 +249,7 @@ def test_revision_ranges_choose_the_newest_revision_that_accepts(engine: Engine)
     engine.publish(every, [PublishMessage(v2), PublishMessage(v1)])
     revisions = [m.attributes[REVISION_ATTRIBUTE] for m in engine_messages(engine, every)]
     assert revisions == [second.revision_id, first.revision_id]
+    _sizes_count_attributes(engine, every)
 
     only_first = _schema_topic(
         engine, "states-old", encoding="BINARY", last_revision_id=first.revision_id
