@@ -3,6 +3,7 @@ for low overhead."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from prometheus_client import Counter, Histogram
@@ -33,16 +34,26 @@ HTTP_SECONDS = Histogram(
 class Admission:
     """Answer RESOURCE_EXHAUSTED (429, ``Retry-After``) at once when this process already
     has ``max_inflight_requests`` API requests or ``max_inflight_body_bytes`` of request
-    bodies in flight, instead of letting work queue without bound: past its capacity
-    the server keeps answering quickly, and memory stays bounded. Pulls are not
-    counted (a long poll waits by design; each holds one connection and no body).
-    The limits are the app's engine's settings, read on the first request."""
+    bodies in flight, or when its event loop lags more than ``MAX_LOOP_LAG_S`` with
+    requests in flight (they are queueing before they are even read), instead of
+    letting work queue without bound: past its capacity the server keeps answering
+    quickly, and memory stays bounded. Pulls are not refused (a long poll waits by
+    design; each holds one connection and no body). The limits are the app's engine's
+    settings, read on the first request."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
         self.requests = 0
         self.body_bytes = 0
         self.limits: tuple[int, int] | None = None
+        self.lag_s = 0.0
+
+    def _probe(self, loop: asyncio.AbstractEventLoop, due: float) -> None:
+        now = loop.time()
+        self.lag_s = now - due
+        loop.call_at(
+            now + constants.LOOP_LAG_PROBE_S, self._probe, loop, now + constants.LOOP_LAG_PROBE_S
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
@@ -53,13 +64,19 @@ class Admission:
             engine = getattr(scope["app"].state, "engine", None)
             settings: Settings = engine.settings if engine is not None else Settings()
             self.limits = (settings.max_inflight_requests, settings.max_inflight_body_bytes)
+            loop = asyncio.get_running_loop()
+            self._probe(loop, loop.time())
         size = 0
         for name, value in scope.get("headers", ()):
             if name == b"content-length" and value.isdigit():
                 size = int(value)
         max_requests, max_bytes = self.limits
         full = self.body_bytes and self.body_bytes + size > max_bytes
-        if self.requests >= max_requests or full:
+        lagging = (
+            self.lag_s > constants.MAX_LOOP_LAG_S
+            and self.requests >= constants.LAG_REFUSAL_MIN_INFLIGHT
+        )
+        if self.requests >= max_requests or full or lagging:
             await _overloaded(scope, receive, send)
             return
         self.requests += 1
@@ -73,6 +90,7 @@ class Admission:
 
 async def _overloaded(scope: Scope, receive: Receive, send: Send) -> None:
     OVERLOAD_REFUSED.inc()
+    await _discard_body(receive)
     response = error_response(
         429, "RESOURCE_EXHAUSTED", "The server is overloaded; retry after a moment."
     )
@@ -118,6 +136,15 @@ class LimitBody:
             await self.app(scope, limited, send)
         except BodyTooLarge:
             await _too_large(scope, receive, send)
+
+
+async def _discard_body(receive: Receive) -> None:
+    """Read the request body to its end: a connection closed with unread bytes is reset
+    by the kernel, and the client sees ECONNRESET instead of the answer."""
+    while True:
+        message = await receive()
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            return
 
 
 async def _too_large(scope: Scope, receive: Receive, send: Send) -> None:

@@ -124,6 +124,14 @@ PULL_POLL_INTERVAL_S = 0.1
 # At ~1 ms of server CPU per request, 512 queued requests are ~0.5 s of work.
 MAX_INFLIGHT_REQUESTS = 512
 MAX_INFLIGHT_BODY_BYTES = 256 * 1024 * 1024
+# Requests that wait to be read (in the kernel, behind a busy event loop) are
+# not in flight yet; the event loop's lag shows them: probed every
+# LOOP_LAG_PROBE_S, a lag past MAX_LOOP_LAG_S refuses requests the same way.
+# Lag alone refuses only with at least LAG_REFUSAL_MIN_INFLIGHT requests in
+# flight: a loop that lags on a busy machine with a few requests is not flooded.
+LOOP_LAG_PROBE_S = 0.05
+MAX_LOOP_LAG_S = 0.25
+LAG_REFUSAL_MIN_INFLIGHT = 16
 OVERLOAD_RETRY_AFTER_S = 1
 # gRPC calls in flight per process, StreamingPull streams included; past it
 # grpcio answers RESOURCE_EXHAUSTED.

@@ -20,6 +20,9 @@
 //     (Pub/Sub: Subscriber.Receive, StreamingPull; NATS: a push consumer that
 //     this program creates). -max-outstanding bounds the unacked messages
 //     (Pub/Sub ReceiveSettings.MaxOutstandingMessages; JetStream MaxAckPending).
+//   - flood (-system rest): single-message REST publishes, closed loop (-rate
+//     0, -publishers workers for -duration) or open loop at -rate, counting
+//     answers by status and failed requests by kind (flood.go).
 //   - latency: one publisher sends -messages messages at -rate per second,
 //     stamping its send time (attribute / header bench-sent-ns, this
 //     process's clock), while a receiver (as in drain) records receive time
@@ -78,13 +81,16 @@ type options struct {
 	rate                         float64
 	timeout                      time.Duration
 	wait                         bool
+	url                          string
+	duration                     time.Duration
+	connections                  int
 }
 
 func parseOptions() options {
 	var o options
 	var ackWaitS, timeoutS float64
-	flag.StringVar(&o.system, "system", "pubsub", "pubsub or nats")
-	flag.StringVar(&o.mode, "mode", "", "publish, drain or latency")
+	flag.StringVar(&o.system, "system", "pubsub", "pubsub, nats or rest (lakepubsub's REST door)")
+	flag.StringVar(&o.mode, "mode", "", "publish, drain or latency; flood (system rest)")
 	flag.StringVar(&o.project, "project", "bench", "Pub/Sub project")
 	flag.StringVar(&o.topic, "topic", "", "Pub/Sub topic (id or projects/p/topics/t)")
 	flag.StringVar(&o.subscription, "subscription", "", "Pub/Sub subscription (id or full name)")
@@ -102,7 +108,12 @@ func parseOptions() options {
 	flag.Float64Var(&o.rate, "rate", 200, "messages per second (latency)")
 	flag.Float64Var(&timeoutS, "timeout", 900, "deadline of the timed part, seconds")
 	flag.BoolVar(&o.wait, "wait", false, "wait for a line on stdin before the timed part")
+	flag.StringVar(&o.url, "url", "", "lakepubsub REST base URL (system rest)")
+	flag.IntVar(&o.connections, "connections", 256, "connections at most (flood)")
+	var durationS float64
+	flag.Float64Var(&durationS, "duration", 10, "seconds of closed-loop publishing (flood, -rate 0)")
 	flag.Parse()
+	o.duration = time.Duration(durationS * float64(time.Second))
 	o.ackWait = time.Duration(ackWaitS * float64(time.Second))
 	o.timeout = time.Duration(timeoutS * float64(time.Second))
 	return o
@@ -129,6 +140,9 @@ type result struct {
 	// Milliseconds: each publish round trip (-single), or publish to receive (latency).
 	LatenciesMs []float64 `json:"latencies_ms"`
 	Errors      []string  `json:"errors"`
+	// Flood mode: answers by HTTP status, and requests that got none by failure kind.
+	Statuses        map[string]int `json:"statuses,omitempty"`
+	TransportErrors map[string]int `json:"transport_errors,omitempty"`
 }
 
 // run holds what the goroutines of one run share.
@@ -287,6 +301,12 @@ func main() {
 		err = runPubsub(ctx, r)
 	case "nats":
 		err = runNats(ctx, r)
+	case "rest":
+		if o.mode != "flood" {
+			err = fmt.Errorf("system rest has one mode, flood")
+			break
+		}
+		err = runFlood(ctx, r)
 	default:
 		err = fmt.Errorf("unknown -system %q", o.system)
 	}

@@ -1,0 +1,137 @@
+"""Overload: single-message REST publishes at twice the server's capacity.
+
+    python -m bench.flood_bench [--quick] [--seconds 30] [--factor 2]
+
+One ``lakepubsub serve`` process on a local lake; the Go load generator
+(``bench/loadgen``, ``-system rest -mode flood``) first measures the capacity
+closed loop (``PUBLISHERS`` workers, each sending its next one-message publish
+when the last is answered), then sends ``factor`` times that rate open loop for
+``seconds``: every request on time, whatever the server answers, new
+connections opened as needed. Reported: answers by status (200 accepted, 429
+refused by admission control), requests that got no answer by kind (reset,
+timeout, ...), latency of the accepted ones, the server's peak RSS and CPU, and
+a check that the topic holds exactly the accepted messages (a refused publish
+stores nothing; an accepted one is never lost). Written to
+``bench/results/flood.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from bench import gobuild
+from bench import peer_lakepubsub as lps
+from bench.grpc_bench import run_loadgen
+
+RESULTS = Path(__file__).resolve().parent / "results"
+# Closed-loop workers that find the capacity (enough to keep one process busy).
+PUBLISHERS = 32
+CAPACITY_S = 10.0
+QUICK_CAPACITY_S = 3.0
+QUICK_SECONDS = 5.0
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _stored(server: lps.LakePubSubServer, topic: str) -> int:
+    from lakepubsub.names import TopicName
+
+    with server.engine() as engine:
+        return engine.topic_head(TopicName.parse(topic))
+
+
+def run(*, seconds: float, factor: float, capacity_s: float) -> list[str]:
+    binary = gobuild.build()
+    with lps.LakePubSubServer(grpc=True) as server:
+        common = ["-system", "rest", "-mode", "flood", "-url", server.url]
+        warm = lps._create_topic(server)
+        run_loadgen(
+            binary,
+            [*common, "-topic", warm, "-rate", "0", "-publishers", str(PUBLISHERS),
+             "-duration", "1", "-messages", "1000"],
+            server_pid=server.pid,
+        )  # fmt: skip
+        topic = lps._create_topic(server)
+        closed, closed_usage = run_loadgen(
+            binary,
+            [*common, "-topic", topic, "-rate", "0", "-publishers", str(PUBLISHERS),
+             "-duration", f"{capacity_s:g}", "-messages", "1000"],
+            server_pid=server.pid,
+        )  # fmt: skip
+        capacity = closed["published"] / closed.elapsed_s
+        rate = factor * capacity
+        requests = int(rate * seconds)
+        flood_topic = lps._create_topic(server)
+        started = time.monotonic()
+        report, usage = run_loadgen(
+            binary,
+            [*common, "-topic", flood_topic, "-rate", f"{rate:.1f}",
+             "-messages", str(requests)],
+            server_pid=server.pid,
+        )  # fmt: skip
+        wall_s = time.monotonic() - started
+        stored = _stored(server, flood_topic)
+    statuses: dict[str, int] = report["statuses"] or {}
+    failures: dict[str, int] = report.doc.get("transport_errors") or {}
+    accepted = statuses.get("200", 0)
+    latencies = report.latencies_ms
+    answered = sum(statuses.values())
+    lines = [
+        "# Overload: single-message REST publishes past capacity",
+        "",
+        f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC · {platform.machine()} · "
+        f"`python -m bench.flood_bench --seconds {seconds:g} --factor {factor:g}` · "
+        "one `lakepubsub serve` process, local lake, 1 KiB messages, Go load generator "
+        "(`bench/loadgen`, `-system rest -mode flood`)",
+        "",
+        f"- **capacity** (closed loop, {PUBLISHERS} workers, {capacity_s:g} s): "
+        f"{capacity:,.0f} publishes/s; p50 / p99 "
+        f"{percentile(closed.latencies_ms, 0.5):.1f} / "
+        f"{percentile(closed.latencies_ms, 0.99):.1f} ms; server CPU "
+        f"{closed_usage.cpu_s / max(1, closed['published']) * 1e6:,.0f} µs per publish",
+        f"- **flood**: {rate:,.0f} requests/s open loop ({factor:g}x capacity) for "
+        f"{seconds:g} s: {requests:,} requests, all sent in {report['publish_s']:.1f} s, "
+        f"the last answered after {report.elapsed_s:.1f} s",
+        f"  - answered: {answered:,} of {requests:,} "
+        f"({', '.join(f'{n:,} x {s}' for s, n in sorted(statuses.items())) or 'none'})",
+        f"  - no answer: {sum(failures.values()):,} "
+        f"({', '.join(f'{n:,} {k}' for k, n in sorted(failures.items())) or 'none'}); "
+        f"connection resets: {failures.get('reset', 0)}",
+        f"  - accepted (200): {accepted:,}, {accepted / report.elapsed_s:,.0f}/s; latency p50 / "
+        f"p99 / max {percentile(latencies, 0.5):.1f} / {percentile(latencies, 0.99):.1f} / "
+        f"{max(latencies, default=float('nan')):.1f} ms",
+        f"  - the topic holds {stored:,} messages "
+        f"({'= the accepted publishes' if stored == accepted else 'accepted: ' + str(accepted)})",
+        f"  - server: peak RSS {usage.peak_rss_bytes / 2**20:,.0f} MiB, CPU {usage.cpu_s:.1f} s "
+        f"over {wall_s:.1f} s",
+    ]
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a few seconds (CI)")
+    parser.add_argument("--seconds", type=float, default=30.0, help="length of the flood")
+    parser.add_argument("--factor", type=float, default=2.0, help="times the capacity")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="report directory")
+    args = parser.parse_args(argv)
+    seconds = QUICK_SECONDS if args.quick else args.seconds
+    capacity_s = QUICK_CAPACITY_S if args.quick else CAPACITY_S
+    lines = run(seconds=seconds, factor=args.factor, capacity_s=capacity_s)
+    text = "\n".join(lines) + "\n"
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "flood.md").write_text(text)
+
+
+if __name__ == "__main__":
+    main()
