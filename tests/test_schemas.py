@@ -231,6 +231,19 @@ def test_json_avro_requests_name_the_first_invalid_message(engine: Engine) -> No
     _sizes_count_attributes(engine, topic)
 
 
+@pytest.mark.parametrize("lake", ["local"], indirect=True)
+def test_json_messages_of_one_request_under_different_revisions(engine: Engine) -> None:
+    first = engine.schemas.create(SCHEMA, "AVRO", json.dumps(STATE_V1))
+    second = engine.schemas.commit(SCHEMA, "AVRO", json.dumps(STATE_V2))
+    topic = _schema_topic(engine, "states-json-revisions", encoding="JSON")
+    v2 = b'{"name": "Alaska", "post_abbr": "AK", "population": 733000}'
+    v1_only = b'{"name": "Alabama", "post_abbr": "AL", "population": "many"}'
+    engine.publish(topic, [PublishMessage(v2), PublishMessage(v1_only), PublishMessage(v2)])
+    revisions = [m.attributes[REVISION_ATTRIBUTE] for m in engine_messages(engine, topic)]
+    assert revisions == [second.revision_id, first.revision_id, second.revision_id]
+    _sizes_count_attributes(engine, topic)
+
+
 def engine_messages(engine: Engine, topic: TopicName) -> list:  # type: ignore[type-arg]
     from lakepubsub.messages import from_arrow
     from lakepubsub.topic_table import MessagesTable
