@@ -44,8 +44,9 @@ ENCODING_ATTRIBUTE = "googclient_schemaencoding"
 REVISION_ATTRIBUTE = "googclient_schemarevisionid"
 SCHEMA_ATTRIBUTES = (NAME_ATTRIBUTE, ENCODING_ATTRIBUTE, REVISION_ATTRIBUTE)
 INVALID_MESSAGE = "Invalid data in message: Message failed schema validation."
-# Request sizes (message counts) whose attribute layout is kept built: a few KiB each.
-ATTRIBUTE_LAYOUTS_CACHED = 64
+# Attribute columns kept built, by (message count, schema, encoding, revision): the
+# requests of a few busy topics; a few KiB each (100 messages: ~15 KiB).
+ATTRIBUTE_COLUMNS_CACHED = 64
 
 
 @dataclass(frozen=True)
@@ -423,17 +424,13 @@ def _with_attributes(batch: Batch, settings: SchemaSettings, revisions: list[str
     fixed += len(settings.schema.encode()) + len(settings.encoding)
     one_revision = n > 0 and revisions.count(revisions[0]) == n
     current = columns.column("attributes")
-    if current.null_count == n:
-        keys, offsets, picks = _attribute_layout(n)
-        if one_revision:  # the usual request: the three values taken n times
-            triple = (settings.schema, settings.encoding, revisions[0])
-            values = pa.array(triple, pa.string()).take(picks)
-        else:
-            values = pa.array(
-                [v for r in revisions for v in (settings.schema, settings.encoding, r)],
-                pa.string(),
-            )
-        merged: pa.Array = pa.MapArray.from_arrays(offsets, keys, values)
+    merged: pa.Array
+    if current.null_count == n and one_revision:  # the usual request
+        merged = _only_schema_attributes(n, settings.schema, settings.encoding, revisions[0])
+    elif current.null_count == n:
+        merged = _schema_attributes(
+            n, [v for r in revisions for v in (settings.schema, settings.encoding, r)]
+        )
     else:
         rows = []
         for attrs, revision in zip(current.to_pylist(), revisions, strict=True):
@@ -459,11 +456,18 @@ def _with_attributes(batch: Batch, settings: SchemaSettings, revisions: list[str
     return Batch(out, batch.size + added)
 
 
-@functools.lru_cache(maxsize=ATTRIBUTE_LAYOUTS_CACHED)
-def _attribute_layout(n: int) -> tuple[pa.Array, pa.Array, pa.Array]:
-    """For n messages with only the schema attributes: their keys, the map offsets,
-    and the positions that repeat one message's three values n times."""
-    keys = pa.array(SCHEMA_ATTRIBUTES * n, pa.string())
-    offsets = pa.array(range(0, 3 * n + 1, 3), pa.int32())
-    picks = pa.array((0, 1, 2) * n, pa.int32())
-    return keys, offsets, picks
+@functools.lru_cache(maxsize=ATTRIBUTE_COLUMNS_CACHED)
+def _only_schema_attributes(n: int, schema: str, encoding: str, revision: str) -> pa.Array:
+    """The attributes column of n messages that have only the schema attributes, all
+    of one revision."""
+    return _schema_attributes(n, (schema, encoding, revision) * n)
+
+
+def _schema_attributes(n: int, values: Sequence[str]) -> pa.Array:
+    """The attributes column of n messages that have only the schema attributes, given
+    their values in the order of ``SCHEMA_ATTRIBUTES``, message by message."""
+    return pa.MapArray.from_arrays(
+        pa.array(range(0, 3 * n + 1, 3), pa.int32()),
+        pa.array(SCHEMA_ATTRIBUTES * n, pa.string()),
+        pa.array(values, pa.string()),
+    )
