@@ -39,7 +39,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from jobs.common import FileStats, JobContext, Stopwatch
@@ -49,8 +49,6 @@ from lakepubsub.topic_table import MessagesTable
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-
-    from lakepubsub.filters import Filter
 
 log = logging.getLogger("lakepubsub.jobs.batch_consume")
 
@@ -190,24 +188,9 @@ def _messages_frame(
     ).where((sf.col("offset") >= start) & (sf.col("offset") < end))
     if not filter_text:
         return frame
-    return frame.where(_filter_udf(filter_text)("attributes"))
+    from lakepubsub.spark.streams import filter_column
 
-
-def _filter_udf(text: str) -> Any:
-    """The subscription filter as a Spark UDF over the attributes map (plain Python
-    UDF: Arrow UDFs and mapInArrow would need pandas on the executors)."""
-    from pyspark.sql.functions import udf
-
-    compiled: dict[str, Filter] = {}
-
-    def matches(attributes: dict[str, str] | None) -> bool:
-        from lakepubsub.subscriptions import parse_subscription_filter
-
-        if text not in compiled:
-            compiled[text] = parse_subscription_filter(text)
-        return compiled[text].matches(attributes or {})
-
-    return udf(matches, "boolean", useArrow=False)
+    return frame.where(filter_column(filter_text))
 
 
 def _target_storage(ctx: JobContext, target: str) -> dict[str, str] | None:

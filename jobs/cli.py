@@ -34,7 +34,7 @@ from lakepubsub.scheduler import (
     default_progress,
 )
 
-JOB_NAMES = ("compact", "truncate", "gc", "batch-consume")
+JOB_NAMES = ("compact", "truncate", "gc", "batch-consume", "stream-consume")
 MIB = 1024 * 1024
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # Cells of `lakepubsub sql` output longer than this are cut (``--wide`` keeps them);
@@ -257,6 +257,59 @@ def batch_consume_command(
     _execute(ctx, lake, master, log_level, lambda c: batch_consume.run(c, options))
 
 
+@run.command("stream-consume")
+@_lake_option
+@_master_option
+@_log_option
+@click.option("--topic", required=True, help="projects/P/topics/T")
+@click.option("--target", required=True, help="Delta table to append to (path or s3:// URI).")
+@click.option("--checkpoint", required=True, help="This consumer's checkpoint (path or s3:// URI).")
+@click.option("--sql", default=None, help="SELECT … FROM messages")
+@click.option("--transform", default=None, help="module:function or file.py:function")
+@click.option("--filter", "filter_text", default="", help='Pub/Sub filter: attributes.k = "v"')
+@click.option(
+    "--starting-offset",
+    type=click.IntRange(0),
+    default=None,
+    help="A new checkpoint's first offset [default: the oldest message].",
+)
+@click.option("--max-files-per-trigger", type=click.IntRange(1), default=None)
+@click.option("--partition-by", default="", help="Comma-separated, when creating the target.")
+@click.pass_context
+def stream_consume_command(
+    ctx: click.Context,
+    lake: str | None,
+    master: str | None,
+    log_level: str,
+    topic: str,
+    target: str,
+    checkpoint: str,
+    sql: str | None,
+    transform: str | None,
+    filter_text: str,
+    starting_offset: int | None,
+    max_files_per_trigger: int | None,
+    partition_by: str,
+) -> None:
+    """Consume a topic's new messages into a Delta table with a Spark stream, exactly once."""
+    from jobs import stream_consume
+
+    if (sql is None) == (transform is None):
+        raise click.UsageError("give exactly one of --sql and --transform")
+    options = stream_consume.StreamOptions(
+        topic=topic,
+        target=target,
+        checkpoint=checkpoint,
+        sql=sql,
+        transform=transform,
+        filter=filter_text,
+        starting_offset=starting_offset,
+        max_files_per_trigger=max_files_per_trigger,
+        partition_by=tuple(c.strip() for c in partition_by.split(",") if c.strip()),
+    )
+    _execute(ctx, lake, master, log_level, lambda c: stream_consume.run(c, options))
+
+
 def main_for(job: str) -> None:
     """Entry point of ``jobs/<job>.py`` under spark-submit or python: ``run <job> ARGS``."""
     run.main(args=[job, *sys.argv[1:]], prog_name=f"jobs/{job.replace('-', '_')}.py")
@@ -268,12 +321,13 @@ def main_for(job: str) -> None:
 def scheduled_tasks(
     jobs_ctx: JobContext, intervals: ScheduleSettings, config: Mapping[str, Any]
 ) -> list[Task]:
-    """The built-in jobs on their intervals, plus ``[[batch_consume]]`` entries of ``config``.
+    """The built-in jobs on their intervals, plus ``[[batch_consume]]`` and
+    ``[[stream_consume]]`` entries of ``config``.
 
     Job options come from the config's ``[compact]``, ``[truncate]`` and ``[gc]``
     tables, keyed by the options' field names (``vacuum_retention_hours = 24``).
     """
-    from jobs import batch_consume, compact, gc, truncate
+    from jobs import batch_consume, compact, gc, stream_consume, truncate
 
     compact_options = _options(compact.CompactOptions, config.get("compact", {}))
     truncate_options = _options(truncate.TruncateOptions, config.get("truncate", {}))
@@ -311,6 +365,18 @@ def scheduled_tasks(
         tasks.append(
             Task(f"batch-consume {options.subscription}", interval, with_progress(consume))
         )
+    for entry in config.get("stream_consume", []):
+        doc = dict(entry)
+        interval = float(doc.pop("interval_s"))
+        doc["partition_by"] = tuple(doc.get("partition_by", ()))
+        stream_options = _options(stream_consume.StreamOptions, doc)
+
+        def stream(opts: stream_consume.StreamOptions = stream_options) -> Report:
+            return stream_consume.run(jobs_ctx, opts)
+
+        tasks.append(
+            Task(f"stream-consume {stream_options.topic}", interval, with_progress(stream))
+        )
     return tasks
 
 
@@ -334,7 +400,8 @@ def _options(cls: Any, doc: Mapping[str, Any]) -> Any:
     "config_path",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     default=None,
-    help="TOML: [schedule] intervals, [compact]/[truncate]/[gc] options, [[batch_consume]].",
+    help="TOML: [schedule] intervals, [compact]/[truncate]/[gc] options,"
+    " [[batch_consume]], [[stream_consume]].",
 )
 @click.option("--max-runs", type=click.IntRange(1), default=None, help="Stop after N runs.")
 @click.pass_context

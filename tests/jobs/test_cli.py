@@ -30,7 +30,7 @@ def test_importing_the_cli_starts_no_spark() -> None:
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
-    assert done.stdout.strip() == "['batch-consume', 'compact', 'gc', 'truncate']"
+    assert done.stdout.strip() == "['batch-consume', 'compact', 'gc', 'stream-consume', 'truncate']"
 
 
 def test_run_compact_and_truncate(
@@ -126,7 +126,7 @@ def test_the_lakepubsub_command_carries_jobs_and_sql() -> None:
     runner = CliRunner()
     listed = runner.invoke(main, ["jobs", "run", "--help"])
     assert listed.exit_code == 0, listed.output
-    for job in ("compact", "truncate", "gc", "batch-consume"):
+    for job in ("compact", "truncate", "gc", "batch-consume", "stream-consume"):
         assert job in listed.output
     assert runner.invoke(main, ["jobs", "schedule", "--help"]).exit_code == 0
     assert "Usage: main sql [OPTIONS] [QUERY]" in runner.invoke(main, ["sql", "--help"]).output
