@@ -216,14 +216,15 @@ def _avro_binary_problems(
         at = stream.tell()
         if at == end:
             out.append(None)
-        elif at < end:
+            continue
+        if at < end:
             out.append(f"{end - at} bytes left after the Avro record")
         else:
             out.append(
                 f"not a valid BINARY Avro message: the record needs {at - end} bytes more "
                 "than the message has"
             )
-            stream.seek(end)
+        stream.seek(end)
     return out
 
 

@@ -3,13 +3,17 @@ on real Delta tables (local and moto S3)."""
 
 from __future__ import annotations
 
+import io
 import json
+import random
 
+import fastavro
 import pytest
 from schemakit import PROTO, STATE, STATE_V2, avro_binary
 
 from lakepubsub import Engine, PublishMessage, Topic, TopicName, constants, errors
 from lakepubsub.names import SchemaName
+from lakepubsub.schema_codecs import compile_definition
 from lakepubsub.schema_registry import (
     ENCODING_ATTRIBUTE,
     NAME_ATTRIBUTE,
@@ -242,6 +246,65 @@ def test_json_messages_of_one_request_under_different_revisions(engine: Engine) 
     revisions = [m.attributes[REVISION_ATTRIBUTE] for m in engine_messages(engine, topic)]
     assert revisions == [second.revision_id, first.revision_id, second.revision_id]
     _sizes_count_attributes(engine, topic)
+
+
+RICH = {
+    "type": "record", "name": "Rich", "namespace": "demo", "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B", "C"]}},
+        {"name": "counts", "type": {"type": "map", "values": "int"}},
+        {"name": "hash", "type": {"type": "fixed", "name": "Hash", "size": 4}},
+        {"name": "also", "type": ["null", "Kind", "string"]},
+        {"name": "items", "type": {"type": "array", "items": {
+            "type": "record", "name": "Item", "fields": [
+                {"name": "sku", "type": "string"}, {"name": "price", "type": "double"},
+            ]}}},
+        {"name": "blob", "type": "bytes"},
+        {"name": "ratio", "type": "float"},
+        {"name": "ok", "type": "boolean"},
+    ],
+}  # fmt: skip
+
+
+def test_binary_verdicts_match_fastavro_message_by_message() -> None:
+    """A request's messages read from one stream get the verdicts fastavro's public reader
+    gives each message on its own (whole record, nothing left over), for valid messages
+    and for truncated, extended and corrupted ones side by side."""
+    compiled = compile_definition("AVRO", json.dumps(RICH))
+    parsed = fastavro.parse_schema(RICH)
+    rng = random.Random(14)
+    good = []
+    for i in range(20):
+        record = {
+            "id": rng.randint(-(2**62), 2**62), "kind": rng.choice("ABC"),
+            "counts": {f"k{j}": rng.randint(-500, 500) for j in range(rng.randint(0, 4))},
+            "hash": rng.randbytes(4), "also": rng.choice([None, "B", "é" * i]),
+            "items": [{"sku": f"sku-{j}", "price": j / 3} for j in range(rng.randint(0, 3))],
+            "blob": rng.randbytes(rng.randint(0, 30)), "ratio": 0.5, "ok": i % 2 == 0,
+        }  # fmt: skip
+        good.append(avro_binary(RICH, record))
+    messages = list(good)
+    for blob in good:
+        messages += [blob[: rng.randint(0, len(blob) - 1)], blob + b"\x00", blob + blob]
+        flipped = bytearray(blob)
+        flipped[rng.randrange(len(blob))] ^= 1 << rng.randrange(8)
+        messages.append(bytes(flipped))
+    messages += [b"", b"\xff" * 12, "é".encode()[:1] * 3]
+    rng.shuffle(messages)
+
+    def alone(blob: bytes) -> bool:
+        stream = io.BytesIO(blob)
+        try:
+            fastavro.schemaless_reader(stream, parsed, None)
+        except Exception:
+            return False
+        return stream.tell() == len(blob)
+
+    expected = [alone(m) for m in messages]
+    assert sum(expected) >= len(good) and not all(expected)
+    verdicts = compiled.problems(messages, "BINARY")
+    assert [v is None for v in verdicts] == expected
+    assert all(compiled.problem(m, "BINARY") is None for m in good)
 
 
 def engine_messages(engine: Engine, topic: TopicName) -> list:  # type: ignore[type-arg]
