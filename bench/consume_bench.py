@@ -1,0 +1,209 @@
+"""Scheduled batch consumers: the Delta-transaction design against Structured Streaming.
+
+    python -m bench.consume_bench [--messages N] [--incremental N] [--runs N] [--quick]
+
+On a local lake, each round publishes ``--messages`` 1 KiB messages (batches
+of 1,000, one commit each) to a new topic with two subscriptions, then runs
+both consumers of ``jobs/`` on the same data, for two transformations:
+
+- ``copy``: ``SELECT offset, message_id, publish_time, data, attributes FROM messages``
+- ``hourly``: ``jobs/examples/hourly_counts.py``'s SQL (an aggregate)
+
+(A) ``jobs/batch_consume.py``: the subscription's messages from its cursor to
+the head, appended by the lakedelta writer with a Delta app transaction, then
+acknowledged. (B) ``jobs/stream_consume.py``: ``readStream.format("delta")``
+with an available-now trigger and a checkpoint, appended by delta-spark in
+``foreachBatch`` with ``txnAppId``/``txnVersion``. Each consumes the whole
+backlog (``full``), then, after ``--incremental`` more messages are
+published, only those (``incremental``: a scheduled run's usual work). A and
+B alternate which goes first. Figures are medians of ``--runs`` rounds, wall
+seconds and CPU seconds of this process and all its descendants (the Spark
+JVM, Python workers), which other load on the machine hardly moves. Writes
+bench/results/consume.md (or consume-quick.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.spark_scan import tree_cpu_s
+from jobs import batch_consume, stream_consume
+from jobs.common import JobContext
+from jobs.examples import hourly_counts
+from lakepubsub import Engine, Settings
+from lakepubsub.messages import PublishMessage
+from lakepubsub.names import SubscriptionName, TopicName
+from lakepubsub.spark import local_session
+from lakepubsub.subscriptions import Subscription
+from lakepubsub.topics import Topic
+
+RESULTS = Path(__file__).parent / "results"
+DATA_BYTES = 1024
+PUBLISH_BATCH = 1_000
+FULL_MESSAGES = 200_000
+FULL_INCREMENTAL = 10_000
+QUICK_MESSAGES = 5_000
+QUICK_INCREMENTAL = 1_000
+DEFAULT_RUNS = 3
+ATTRIBUTE_VALUES = 16
+
+WORKLOADS = {
+    "copy": "SELECT offset, message_id, publish_time, data, attributes FROM messages",
+    "hourly": hourly_counts.SQL,
+}
+DESIGNS = ("(A) batch-consume, Delta transaction", "(B) stream-consume, availableNow")
+PHASES = ("full", "incremental")
+
+
+@dataclass(frozen=True)
+class Sample:
+    wall_s: float
+    cpu_s: float
+    messages: int
+
+
+def publish(engine: Engine, topic: TopicName, count: int, first: int) -> None:
+    payload = os.urandom(DATA_BYTES)
+    for start in range(0, count, PUBLISH_BATCH):
+        n = min(PUBLISH_BATCH, count - start)
+        engine.publish(
+            topic,
+            [
+                PublishMessage(payload, {"k": f"v{(first + start + i) % ATTRIBUTE_VALUES}"})
+                for i in range(n)
+            ],
+        )
+
+
+def measured(action: Callable[[], int]) -> Sample:
+    pid = os.getpid()
+    cpu = tree_cpu_s(pid)
+    start = time.perf_counter()
+    messages = action()
+    return Sample(time.perf_counter() - start, tree_cpu_s(pid) - cpu, messages)
+
+
+def one_round(
+    ctx: JobContext, root: str, index: int, messages: int, incremental: int
+) -> dict[tuple[str, str, str], Sample]:
+    engine = ctx.engine
+    topic = engine.create_topic(Topic(TopicName("bench", f"consume-{index}"))).name
+    subs = {
+        w: engine.create_subscription(
+            Subscription(SubscriptionName("bench", f"consume-{index}-{w}"), topic)
+        ).name
+        for w in WORKLOADS
+    }
+    publish(engine, topic, messages, 0)
+    out: dict[tuple[str, str, str], Sample] = {}
+    for phase in PHASES:
+        if phase == "incremental":
+            publish(engine, topic, incremental, messages)
+        for w, sql in WORKLOADS.items():
+            base = os.path.join(root, f"r{index}-{w}")
+            batch = batch_consume.BatchOptions(subs[w].path, base + "-a", sql=sql)
+            stream = stream_consume.StreamOptions(
+                topic.path, base + "-b", base + "-b-checkpoint", sql=sql
+            )
+
+            def a(options: batch_consume.BatchOptions = batch) -> int:
+                report = batch_consume.run(ctx, options)
+                return report.end_offset - report.start_offset
+
+            def b(options: stream_consume.StreamOptions = stream) -> int:
+                return stream_consume.run(ctx, options).messages
+
+            order = [(DESIGNS[0], a), (DESIGNS[1], b)]
+            if index % 2:
+                order.reverse()
+            for design, action in order:
+                sample = measured(action)
+                out[(design, w, phase)] = sample
+                print(
+                    f"round {index} {design[:3]} {w:6} {phase:11}"
+                    f" {sample.messages:7,} msgs {sample.wall_s:6.2f} s cpu {sample.cpu_s:6.2f} s",
+                    file=sys.stderr,
+                )
+    return out
+
+
+def run(messages: int, incremental: int, runs: int, quick: bool) -> str:
+    load = os.getloadavg()
+    spark = local_session("bench-consume", "local[*]", shuffle_partitions=2)
+    rounds: list[dict[tuple[str, str, str], Sample]] = []
+    with tempfile.TemporaryDirectory(prefix="consume-bench-") as root:
+        settings = Settings(lake=os.path.join(root, "lake"))
+        with JobContext(settings, spark=spark) as ctx:
+            # Warm-up: Python workers, JIT, both code paths, on a small topic.
+            one_round(ctx, root, 1000, 2_000, 500)
+            for index in range(runs):
+                rounds.append(one_round(ctx, root, index, messages, incremental))
+    load_after = os.getloadavg()
+    spark.stop()
+    lines = [
+        "# Scheduled batch consumers: Delta transaction vs Structured Streaming"
+        + (" (quick)" if quick else ""),
+        "",
+        f"Machine: {os.cpu_count()} cores, {platform.machine()}, Python"
+        f" {platform.python_version()}, Spark {spark.version}, local[*], local lake."
+        f" Each round: a new topic, {messages:,} messages of {DATA_BYTES} B in commits of"
+        f" {PUBLISH_BATCH:,} ({messages // PUBLISH_BATCH} files), consumed whole (`full`), then"
+        f" {incremental:,} more published and consumed (`incremental`). Median of {runs}"
+        " rounds after a warm-up round; (A) and (B) alternate which runs first. Load average"
+        f" (1, 5, 15 min) before: {load[0]:.1f}, {load[1]:.1f}, {load[2]:.1f}; after:"
+        f" {load_after[0]:.1f}, {load_after[1]:.1f}, {load_after[2]:.1f}. CPU: this process"
+        " and its descendants (Spark JVM, Python workers).",
+        "",
+        "| design | transform | phase | messages | wall s, median [min-max] | CPU s, median"
+        " [min-max] | B / A (wall, CPU) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for w in WORKLOADS:
+        for phase in PHASES:
+            medians = {}
+            for design in DESIGNS:
+                samples = [r[(design, w, phase)] for r in rounds]
+                walls = [s.wall_s for s in samples]
+                cpus = [s.cpu_s for s in samples]
+                medians[design] = (statistics.median(walls), statistics.median(cpus))
+                ratio = ""
+                if design == DESIGNS[1]:
+                    wa, ca = medians[DESIGNS[0]]
+                    wb, cb = medians[design]
+                    ratio = f"{wb / wa:.2f}x, {cb / ca:.2f}x"
+                lines.append(
+                    f"| {design} | {w} | {phase} | {samples[0].messages:,} |"
+                    f" {statistics.median(walls):.2f} [{min(walls):.2f}-{max(walls):.2f}] |"
+                    f" {statistics.median(cpus):.2f} [{min(cpus):.2f}-{max(cpus):.2f}] | {ratio} |"
+                )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else "")
+    parser.add_argument("--messages", type=int, default=0, help="backlog per round")
+    parser.add_argument("--incremental", type=int, default=0, help="published after it")
+    parser.add_argument("--runs", type=int, default=DEFAULT_RUNS, help="rounds")
+    parser.add_argument("--quick", action="store_true", help="small sizes, one round (CI)")
+    args = parser.parse_args()
+    messages = args.messages or (QUICK_MESSAGES if args.quick else FULL_MESSAGES)
+    incremental = args.incremental or (QUICK_INCREMENTAL if args.quick else FULL_INCREMENTAL)
+    runs = 1 if args.quick else max(1, args.runs)
+    report = run(messages, incremental, runs, args.quick)
+    RESULTS.mkdir(exist_ok=True)
+    name = "consume-quick.md" if args.quick else "consume.md"
+    (RESULTS / name).write_text(report)
+    print(report)
+
+
+if __name__ == "__main__":
+    main()
