@@ -41,6 +41,10 @@ StreamingPullResponse: Any = ps.StreamingPullResponse.pb()
 
 # A stream whose room is used up rechecks for expired leases this often.
 ROOM_RECHECK_S = 1.0
+# One pull of a stream leases at most this many messages (one dispatcher cycle);
+# they leave in responses of at most MAX_PULL_MESSAGES (about 1 MiB of 1 KiB
+# messages, under every client's default receive limit of 4 MiB).
+STREAM_PULL_MESSAGES = 5_000
 # Without a limit from the client, at most this many deliveries are out per stream
 # (Google's clients ask for 1,000 by default).
 DEFAULT_MAX_OUTSTANDING = 10_000
@@ -135,7 +139,7 @@ class Stream:
             self.door.streams.settled(expired)
         if self.max_bytes and self.out_bytes >= self.max_bytes:
             return 0
-        return max(0, min(self.max_messages - len(self.out), constants.MAX_PULL_MESSAGES))
+        return max(0, min(self.max_messages - len(self.out), STREAM_PULL_MESSAGES))
 
     def _next_expiry_s(self) -> float:
         soonest = min((until for _, until in self.out.values()), default=None)
@@ -152,35 +156,48 @@ class Stream:
         # Every task this loop starts is cancelled when it ends, however it ends (a
         # client that goes away cancels the handler while it waits on them).
         waiting: set[asyncio.Future[Any]] = {reader, closing}
+        # The pull under way, if any. The next pull starts as soon as the last one
+        # answered, before its messages are written: the dispatcher plans and
+        # commits the next batch while this one is serialized and sent.
+        pulled: asyncio.Future[Any] | None = None
         try:
             while not reader.done():
                 if closing.done():
                     raise errors.Unavailable("the server is shutting down; reconnect")
-                room = self.room()
-                if room <= 0:
-                    self.room_changed.clear()
-                    waiter = asyncio.ensure_future(self.room_changed.wait())
-                    waiting.add(waiter)
-                    await asyncio.wait(
-                        {waiter, reader, closing},
-                        timeout=self._next_expiry_s(),
-                        return_when=asyncio.FIRST_COMPLETED,
-                    )
-                    waiter.cancel()
-                    waiting.discard(waiter)
-                    continue
-                pulled = asyncio.ensure_future(self._pull(room))
-                waiting.add(pulled)
+                if pulled is None:
+                    room = self.room()
+                    if room <= 0:
+                        self.room_changed.clear()
+                        waiter = asyncio.ensure_future(self.room_changed.wait())
+                        waiting.add(waiter)
+                        await asyncio.wait(
+                            {waiter, reader, closing},
+                            timeout=self._next_expiry_s(),
+                            return_when=asyncio.FIRST_COMPLETED,
+                        )
+                        waiter.cancel()
+                        waiting.discard(waiter)
+                        continue
+                    pulled = asyncio.ensure_future(self._pull(room))
+                    waiting.add(pulled)
                 await asyncio.wait({pulled, reader, closing}, return_when=asyncio.FIRST_COMPLETED)
-                waiting.discard(pulled)
                 if not pulled.done():
-                    pulled.cancel()  # the leases it may have taken expire
+                    continue  # the loop ends, or ends the stream; the pull is cancelled then
+                waiting.discard(pulled)
+                received = pulled.result()
+                pulled = None
+                if not received:
                     continue
-                await self._send(pulled.result())
+                self._record(received)
+                room = self.room()
+                if room > 0:
+                    pulled = asyncio.ensure_future(self._pull(room))
+                    waiting.add(pulled)
+                await self._send(received)
             reader.result()  # the client's request stream ended: re-raise a failure
         finally:
             for task in waiting:
-                task.cancel()
+                task.cancel()  # a pull cancelled here leaves its leases to expire
             self.door.streams.closed(self)
 
     async def _pull(self, room: int) -> list[ReceivedMessage]:
@@ -193,18 +210,24 @@ class Stream:
             future = await asyncio.to_thread(engine.pull_future, self.name, **kwargs)
         return await asyncio.wrap_future(future)
 
-    async def _send(self, received: list[ReceivedMessage]) -> None:
-        if not received:
-            return
+    def _record(self, received: list[ReceivedMessage]) -> None:
+        """Deliveries take the stream's room from now until acked, nacked or expired."""
         until = time.monotonic() + self._lease_s()
         for r in received:
             size = r.message.size if r.message is not None else 0
             self.out[r.ack_id] = (size, until)
             self.out_bytes += size
         self.door.streams.delivered(self, [r.ack_id for r in received])
-        response = StreamingPullResponse()
-        add_received(response.received_messages, received, attempts=self.attempts)
-        await self._write(response)
+
+    async def _send(self, received: list[ReceivedMessage]) -> None:
+        for at in range(0, len(received), constants.MAX_PULL_MESSAGES):
+            response = StreamingPullResponse()
+            add_received(
+                response.received_messages,
+                received[at : at + constants.MAX_PULL_MESSAGES],
+                attempts=self.attempts,
+            )
+            await self._write(response)
 
     async def _write(self, response: Any) -> None:
         props = response.subscription_properties
