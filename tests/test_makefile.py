@@ -3,6 +3,7 @@ nothing of the development toolchain; ``make test`` adds it; pip is not silenced
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -10,10 +11,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def planned(target: str, tmp_path: Path) -> list[str]:
-    """The commands ``make TARGET`` would run on a fresh clone (no virtualenv yet)."""
+    """The commands ``make TARGET`` would run on a fresh clone (no virtualenv yet). Run
+    as a make of its own: under ``make test`` (CI) the inherited make variables
+    would add "Entering/Leaving directory" lines."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
     result = subprocess.run(
-        ["make", "-n", target, f"VENV={tmp_path / 'venv'}"],
+        ["make", "--no-print-directory", "-n", target, f"VENV={tmp_path / 'venv'}"],
         cwd=ROOT,
+        env=env,
         capture_output=True,
         text=True,
         check=True,
