@@ -191,21 +191,21 @@ def test_google_cloud_pubsub_subscription_features(publisher, subscriber) -> Non
     assert sorted(r.message.data for r in kept) == [b"m0", b"m2"]
     subscriber.acknowledge(subscription=filtered, ack_ids=[r.ack_id for r in kept])
 
-    # Ordering: one message of key "k" at a time, in publish order.
+    # Ordering: the key's messages in publish order, several in one pull.
     first = subscriber.pull(subscription=exact, max_messages=10, timeout=30).received_messages
-    assert [r.message.data for r in first] == [b"m0"]
+    assert [r.message.data for r in first] == [b"m0", b"m1", b"m2", b"m3"]
     assert first[0].delivery_attempt == 1  # reported since a dead-letter policy is set
     # Exactly-once: after a nack and redelivery, only the newest ack id is valid.
     subscriber.modify_ack_deadline(
-        subscription=exact, ack_ids=[first[0].ack_id], ack_deadline_seconds=0
+        subscription=exact, ack_ids=[r.ack_id for r in first], ack_deadline_seconds=0
     )
     time.sleep(1.5)  # the retry policy's minimum back-off
     again = subscriber.pull(subscription=exact, max_messages=10, timeout=30).received_messages
-    assert [r.message.data for r in again] == [b"m0"]
+    assert [r.message.data for r in again] == [b"m0", b"m1", b"m2", b"m3"]
     assert again[0].ack_id != first[0].ack_id and again[0].delivery_attempt == 2
     with pytest.raises(gexc.BadRequest):  # HTTP 400 INVALID_ARGUMENT
         subscriber.acknowledge(subscription=exact, ack_ids=[first[0].ack_id])
-    subscriber.acknowledge(subscription=exact, ack_ids=[again[0].ack_id])
+    subscriber.acknowledge(subscription=exact, ack_ids=[r.ack_id for r in again])
 
     # Snapshot, then seek back to it: the acknowledged messages come again.
     snapshot = subscriber.snapshot_path(PROJECT, "features-snap")
