@@ -97,11 +97,12 @@ class Timing:
 
 
 def tree_cpu_s(root: int) -> float:
-    """CPU seconds used so far by process ``root`` and every live descendant (Linux /proc).
+    """CPU seconds used so far by process ``root`` and all its descendants (Linux /proc).
 
     CPU time is what a path costs the machine; unlike wall time it barely moves
-    when other work shares the cores. Python workers are long-lived children of
-    the JVM (forked by pyspark's daemon), so they are counted while they run.
+    when other work shares the cores. Each live process counts its own time and
+    that of its children that ended and were waited for (``cutime``/``cstime``),
+    so a Python worker that exits between two readings keeps its share.
     """
     parents: dict[int, int] = {}
     used: dict[int, float] = {}
@@ -115,7 +116,7 @@ def tree_cpu_s(root: int) -> float:
         except OSError:
             continue
         parents[int(entry)] = int(fields[1])
-        used[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+        used[int(entry)] = sum(int(f) for f in fields[11:15]) / tick
     total = 0.0
     for pid, cpu in used.items():
         ancestor = pid

@@ -53,8 +53,8 @@ log = logging.getLogger("lakepubsub.jobs.stream_consume")
 APP_ID_PREFIX = "lakepubsub-stream-"
 # How long a micro-batch waits for the query to say its id (it does as soon as it starts).
 QUERY_ID_WAIT_S = 60.0
-# delta-spark's advice when the log no longer holds the checkpoint's next version.
-_LOG_GONE = "failOnDataLoss"
+# delta-spark's errors when the log no longer holds the versions after the checkpoint's.
+_LOG_GONE = ("DELTA_LOG_FILE_NOT_FOUND", "failOnDataLoss")
 
 
 @dataclass(frozen=True)
@@ -161,7 +161,7 @@ def run(
         query.awaitTermination()
     except StreamingQueryException as exc:
         text = str(exc)
-        if _LOG_GONE in text:
+        if any(marker in text for marker in _LOG_GONE):
             raise errors.FailedPrecondition(
                 f"{name.path}: the topic's log no longer holds the version the checkpoint"
                 f" {options.checkpoint} reached (run the consumer more often than the log"
