@@ -71,25 +71,33 @@ class Server:
 
 
 def start_server(lake: LakeSpec, *, extra_env: dict[str, str] | None = None) -> Server:
-    port = free_port()
     env = {
         **lake.env(),
         "LAKEPUBSUB_PULL_WAIT_S": "2",
         **(extra_env or {}),
     }
-    process = subprocess.Popen(
-        [
-            sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory",
-            "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
-        ],
-        env=env,
-    )  # fmt: skip
-    try:
-        wait_for_port(port, process=process)
-    except (TimeoutError, RuntimeError):
-        process.kill()
-        raise
-    return Server(f"http://127.0.0.1:{port}", lake, process)
+    # A port checked free may still be taken before the child binds it (another test
+    # run on the machine): a server that exits before listening gets a new port.
+    for attempt in range(3):
+        port = free_port()
+        process = subprocess.Popen(
+            [
+                sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory",
+                "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
+            ],
+            env=env,
+        )  # fmt: skip
+        try:
+            wait_for_port(port, process=process)
+        except RuntimeError:
+            if attempt == 2:
+                raise
+            continue
+        except TimeoutError:
+            process.kill()
+            raise
+        return Server(f"http://127.0.0.1:{port}", lake, process)
+    raise AssertionError("unreachable")
 
 
 def stop_server(server: Server) -> None:
