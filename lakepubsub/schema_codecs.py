@@ -155,10 +155,59 @@ def check_revision(previous: Compiled, new: Compiled) -> None:
 
 def _parse_avro(definition: str) -> Any:
     try:
-        avro.schema.parse(definition)  # the reference implementation's verdict
-        return fastavro.parse_schema(orjson.loads(definition))
+        reference = avro.schema.parse(definition)  # the reference implementation's verdict
+        parsed = fastavro.parse_schema(orjson.loads(definition))
     except (avro.errors.AvroException, orjson.JSONDecodeError, ValueError, TypeError) as exc:
         raise errors.InvalidArgument(f"Invalid Avro schema definition: {exc}") from exc
+    empty = _arrays_of_empty_items(reference, "", set())
+    if empty:
+        raise errors.InvalidArgument(
+            f"Unsupported Avro schema: the items of the array at {empty} encode in zero "
+            "bytes, so a message of a few bytes could declare billions of them; give the "
+            "items a value (for example a boolean) or use a count field"
+        )
+    return parsed
+
+
+def _arrays_of_empty_items(schema: Any, path: str, seen: set[str]) -> str | None:
+    """The path of an array whose items take zero bytes (null, fixed of size 0, a
+    record of such fields), if any. Decoders loop once per declared item, and a
+    block count is a varint, so a tiny message could keep a publish busy for ever."""
+    kind = schema.type
+    if kind == "array":
+        if _encodes_empty(schema.items, set()):
+            return path or "the top level"
+        return _arrays_of_empty_items(schema.items, path + "[]", seen)
+    if kind == "map":
+        return _arrays_of_empty_items(schema.values, path + "{}", seen)
+    if kind == "union":
+        for branch in schema.schemas:
+            found = _arrays_of_empty_items(branch, path, seen)
+            if found:
+                return found
+    if kind in ("record", "error"):
+        if schema.fullname in seen:
+            return None
+        seen.add(schema.fullname)
+        for field in schema.fields:
+            found = _arrays_of_empty_items(field.type, f"{path}.{field.name}".lstrip("."), seen)
+            if found:
+                return found
+    return None
+
+
+def _encodes_empty(schema: Any, seen: set[str]) -> bool:
+    kind = schema.type
+    if kind == "null":
+        return True
+    if kind == "fixed":
+        return bool(schema.size == 0)
+    if kind in ("record", "error"):
+        if schema.fullname in seen:  # a recursive record needs a non-empty branch to end
+            return False
+        seen.add(schema.fullname)
+        return all(_encodes_empty(field.type, seen) for field in schema.fields)
+    return False  # every other type writes at least one byte
 
 
 def _binary_reader(schema: Any) -> Callable[[IO[bytes]], Any]:

@@ -84,6 +84,29 @@ BAD_DEFINITIONS = [
         'syntax = "proto3"; import "other.proto"; message A {}',
         "other.proto",
     ),
+    # Items of zero bytes: a message of a few bytes could declare billions of them.
+    (
+        "AVRO",
+        json.dumps(
+            {
+                "type": "record",
+                "name": "X",
+                "fields": [
+                    {"name": "ok", "type": {"type": "array", "items": ["null", "int"]}},
+                    {
+                        "name": "m",
+                        "type": {"type": "map", "values": {"type": "array", "items": "null"}},
+                    },
+                ],
+            }
+        ),
+        r"array at m\{\} encode in zero bytes",
+    ),
+    (
+        "AVRO",
+        json.dumps({"type": "array", "items": {"type": "record", "name": "E", "fields": []}}),
+        "array at the top level encode in zero bytes",
+    ),
     ("TYPE_UNSPECIFIED", PROTO, "schema.type must be AVRO or PROTOCOL_BUFFER"),
     ("AVRO", "", "schema.definition is required"),
     (
