@@ -1,18 +1,21 @@
 """Overload: single-message REST publishes at twice the server's capacity.
 
-    python -m bench.flood_bench [--quick] [--seconds 30] [--factor 2]
+    python -m bench.flood_bench [--quick] [--seconds 30] [--factor 2] [--connections 2048]
 
 One ``lakepubsub serve`` process on a local lake; the Go load generator
 (``bench/loadgen``, ``-system rest -mode flood``) first measures the capacity
 closed loop (``PUBLISHERS`` workers, each sending its next one-message publish
 when the last is answered), then sends ``factor`` times that rate open loop for
-``seconds``: every request on time, whatever the server answers, new
-connections opened as needed. Reported: answers by status (200 accepted, 429
-refused by admission control), requests that got no answer by kind (reset,
-timeout, ...), latency of the accepted ones, the server's peak RSS and CPU, and
-a check that the topic holds exactly the accepted messages (a refused publish
-stores nothing; an accepted one is never lost). Written to
-``bench/results/flood.md``.
+``seconds``: every request on time, whatever the server answers, over up to
+``connections`` connections (a fleet of clients: by default more than the
+server's admission limit, ``LAKEPUBSUB_MAX_INFLIGHT_REQUESTS``, so requests
+past it reach the server and are refused there; with fewer connections than
+the limit, the excess waits in the clients' pools instead and times out).
+Reported: answers by status (200 accepted, 429 refused by admission
+control), requests that got no answer by kind (reset, timeout, ...), latency
+of the accepted ones, the server's peak RSS and CPU, and a check that the
+topic holds exactly the accepted messages (a refused publish stores nothing;
+an accepted one is never lost). Written to ``bench/results/flood.md``.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ PUBLISHERS = 32
 CAPACITY_S = 10.0
 QUICK_CAPACITY_S = 3.0
 QUICK_SECONDS = 5.0
+# More than the server's admission limit (constants.MAX_INFLIGHT_REQUESTS, 512).
+CONNECTIONS = 2048
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -49,7 +54,7 @@ def _stored(server: lps.LakePubSubServer, topic: str) -> int:
         return engine.topic_head(TopicName.parse(topic))
 
 
-def run(*, seconds: float, factor: float, capacity_s: float) -> list[str]:
+def run(*, seconds: float, factor: float, capacity_s: float, connections: int) -> list[str]:
     binary = gobuild.build()
     with lps.LakePubSubServer(grpc=True) as server:
         common = ["-system", "rest", "-mode", "flood", "-url", server.url]
@@ -75,7 +80,7 @@ def run(*, seconds: float, factor: float, capacity_s: float) -> list[str]:
         report, usage = run_loadgen(
             binary,
             [*common, "-topic", flood_topic, "-rate", f"{rate:.1f}",
-             "-messages", str(requests)],
+             "-messages", str(requests), "-connections", str(connections)],
             server_pid=server.pid,
         )  # fmt: skip
         wall_s = time.monotonic() - started
@@ -89,7 +94,8 @@ def run(*, seconds: float, factor: float, capacity_s: float) -> list[str]:
         "# Overload: single-message REST publishes past capacity",
         "",
         f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC · {platform.machine()} · "
-        f"`python -m bench.flood_bench --seconds {seconds:g} --factor {factor:g}` · "
+        f"`python -m bench.flood_bench --seconds {seconds:g} --factor {factor:g}"
+        f" --connections {connections}` · "
         "one `lakepubsub serve` process, local lake, 1 KiB messages, Go load generator "
         "(`bench/loadgen`, `-system rest -mode flood`)",
         "",
@@ -122,11 +128,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="a few seconds (CI)")
     parser.add_argument("--seconds", type=float, default=30.0, help="length of the flood")
     parser.add_argument("--factor", type=float, default=2.0, help="times the capacity")
+    parser.add_argument(
+        "--connections", type=int, default=CONNECTIONS, help="connections of the flood at most"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help="report directory")
     args = parser.parse_args(argv)
     seconds = QUICK_SECONDS if args.quick else args.seconds
     capacity_s = QUICK_CAPACITY_S if args.quick else CAPACITY_S
-    lines = run(seconds=seconds, factor=args.factor, capacity_s=capacity_s)
+    lines = run(
+        seconds=seconds, factor=args.factor, capacity_s=capacity_s, connections=args.connections
+    )
     text = "\n".join(lines) + "\n"
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -153,7 +153,7 @@ class TopicPublisher:
                 if not budget.another():
                     break
                 table.refresh()
-                time.sleep(retry.backoff_s(budget.tries - 1, time.monotonic() - started))
+                time.sleep(retry.contender_backoff_s(time.monotonic() - started))
                 continue
             except errors.Unavailable:
                 # The commit may have landed before the error: ask the table.
