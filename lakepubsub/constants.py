@@ -85,8 +85,13 @@ CHECKPOINT_EXIT_WAIT_S = 10.0
 # lake keeps 7 days of log.
 LOCAL_LOG_RECHECK_S = 0.0
 # Opening a table whose local log grew while delta-rs listed it is retried this
-# many times, pausing a multiple of this between tries (lakepubsub/_lake/storage.py).
-LOG_RACE_ATTEMPTS = 8
+# many times, pausing a multiple of LOG_RACE_PAUSE_S (at most LOG_RACE_PAUSE_MAX_S)
+# between tries, about 1 s in all (lakepubsub/_lake/storage.py). A directory
+# listing can miss a file created while it runs; 8 tries (0.18 s) were not enough
+# for the truncation job under a publisher committing every few ms on a busy CI
+# machine.
+LOG_RACE_ATTEMPTS = 24
+LOG_RACE_PAUSE_MAX_S = 0.05
 # A compaction or delete through the direct log moves past at most this many
 # versions committed by others before it gives up (and its job retries later).
 REBASE_ATTEMPTS = 1000

@@ -62,7 +62,9 @@ def open_delta(
         except DeltaError as exc:
             if not log_race(exc) or attempt == constants.LOG_RACE_ATTEMPTS - 1:
                 raise
-            time.sleep(constants.LOG_RACE_PAUSE_S * (attempt + 1))
+            time.sleep(
+                min(constants.LOG_RACE_PAUSE_MAX_S, constants.LOG_RACE_PAUSE_S * (attempt + 1))
+            )
     raise AssertionError("unreachable")
 
 
