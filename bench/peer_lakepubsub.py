@@ -207,7 +207,8 @@ def _request_kind(method: str, target: str) -> str:
 
 
 class LakePubSubServer:
-    """A lakepubsub API server subprocess on a fresh lake.
+    """A lakepubsub API server subprocess on a fresh lake, or on the lake of the
+    running server it ``joins`` (several processes serving one lake).
 
     The lake is a directory in a temporary directory, or with ``s3`` a prefix
     in the bucket of a moto server started for it. ``url``, ``pid``, ``lake``
@@ -216,13 +217,20 @@ class LakePubSubServer:
     """
 
     def __init__(
-        self, *, s3: bool = False, pull_wait_s: float = PULL_WAIT_S, grpc: bool = False
+        self,
+        *,
+        s3: bool = False,
+        pull_wait_s: float = PULL_WAIT_S,
+        grpc: bool = False,
+        joins: LakePubSubServer | None = None,
     ) -> None:
-        self.s3 = s3
+        # ``joins``: serve the lake of that running server instead of a fresh one.
+        self._joins = joins
+        self.s3 = s3 if joins is None else joins.s3
         self._pull_wait_s = pull_wait_s
         # ``lakepubsub serve`` (REST and gRPC on one port) instead of plain uvicorn.
         self.grpc = grpc
-        self.system = SYSTEM_S3 if s3 else SYSTEM
+        self.system = SYSTEM_S3 if self.s3 else SYSTEM
         self.directory: Path | None = None
         self.moto: MotoS3 | None = None
         self._process: subprocess.Popen[bytes] | None = None
@@ -241,7 +249,10 @@ class LakePubSubServer:
         return self
 
     def _start(self, directory: Path) -> None:
-        if self.s3:
+        if self._joins is not None:
+            self.lake = self._joins.lake
+            self.storage_options = self._joins.storage_options
+        elif self.s3:
             self.moto = MotoS3(directory).__enter__()
             self.lake = f"s3://{BUCKET}/lake"
             self.storage_options = self.moto.storage_options

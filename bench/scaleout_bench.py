@@ -26,37 +26,20 @@ topic is one Delta table, so N processes race on its log.
 from __future__ import annotations
 
 import argparse
-import base64
 import contextlib
 import multiprocessing as mp
 import os
 import platform
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
-import httpx
-import orjson
-
-from bench import workload as w
-from bench.peer_lakepubsub import (
-    _COMMITS,
-    _CONFLICTS,
-    BUCKET,
-    PROJECT,
-    REPO,
-    MotoS3,
-    _wait_healthy,
-    _wait_listening,
-)
+from bench import peer_lakepubsub as lps
+from bench.peer_lakepubsub import LakePubSubServer
 
 if TYPE_CHECKING:
     from multiprocessing.queues import Queue
@@ -88,107 +71,53 @@ class Phase:
 
 
 @contextlib.contextmanager
-def servers_on_one_lake(count: int, s3: bool) -> Iterator[tuple[list[str], str, dict[str, str]]]:
-    """``count`` API processes on one fresh lake: their URLs, the lake, its storage options."""
-    directory = Path(tempfile.mkdtemp(prefix="bench-scaleout-"))
-    processes: list[subprocess.Popen[bytes]] = []
+def servers_on_one_lake(count: int, s3: bool) -> Iterator[list[LakePubSubServer]]:
+    """``count`` API processes on one fresh lake (the first one's)."""
     with contextlib.ExitStack() as stack:
-        options: dict[str, str] = {}
-        lake = str(directory / "lake")
-        if s3:
-            moto = stack.enter_context(MotoS3(directory))
-            options = moto.storage_options
-            lake = f"s3://{BUCKET}/lake"
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("LAKEPUBSUB_", "AWS_"))}
-        env.update(options, LAKEPUBSUB_LAKE=lake, LAKEPUBSUB_PULL_WAIT_S="1")
-        urls = []
-        try:
-            for i in range(count):
-                log_path = directory / f"server-{i}.log"
-                with log_path.open("wb") as log:
-                    process = subprocess.Popen(
-                        [
-                            sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory",
-                            "--host", "127.0.0.1", "--port", "0", "--no-access-log",
-                            "--log-level", "info",
-                        ],
-                        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-                    )  # fmt: skip
-                processes.append(process)
-                url = f"http://127.0.0.1:{_wait_listening(process, log_path)}"
-                _wait_healthy(process, f"{url}/healthz", log_path)
-                urls.append(url)
-            yield urls, lake, options
-        finally:
-            for process in processes:
-                process.terminate()
-            for process in processes:
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-            shutil.rmtree(directory, ignore_errors=True)
+        first = stack.enter_context(LakePubSubServer(s3=s3))
+        others = [stack.enter_context(LakePubSubServer(joins=first)) for _ in range(count - 1)]
+        yield [first, *others]
 
 
-def counters(urls: list[str]) -> tuple[int, int]:
+def counters(servers: list[LakePubSubServer]) -> tuple[int, int]:
     """Delta commits and commit conflicts so far, summed over every server."""
-    commits = conflicts = 0.0
-    for url in urls:
-        for line in httpx.get(f"{url}/metrics", timeout=TIMEOUT_S).text.splitlines():
-            name, _, rest = line.partition("{")
-            if name == _COMMITS:
-                commits += float(rest.rpartition(" ")[2])
-            elif name == _CONFLICTS:
-                conflicts += float(rest.rpartition(" ")[2])
-    return round(commits), round(conflicts)
+    now = [server.counters() for server in servers]
+    return sum(c.commits for c in now), sum(c.conflicts for c in now)
 
 
 def _publisher(
     url: str, topic: str, batch: int, seconds: float, barrier: Barrier, out: Results
 ) -> None:
-    data = base64.b64encode(w.payload(0)).decode()
-    body = orjson.dumps({"messages": [{"data": data} for _ in range(batch)]})
+    body = lps._publish_body(0, batch)
     sent = 0
-    with httpx.Client(base_url=url, timeout=TIMEOUT_S) as client:
-        client.get("/healthz").raise_for_status()
-        barrier.wait(TIMEOUT_S)
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            response = client.post(
-                f"/v1/{topic}:publish", content=body, headers={"content-type": "application/json"}
-            )
-            if response.status_code != 200:
-                out.put(("error", url, f"HTTP {response.status_code}: {response.text[:300]}"))
-                return
-            sent += len(orjson.loads(response.content)["messageIds"])
+    try:
+        with lps._client(url) as client:
+            barrier.wait(TIMEOUT_S)
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                sent += len(lps._post(client, f"/v1/{topic}:publish", body)["messageIds"])
+    except lps.BenchError as exc:  # reported, so the parent does not wait for this client
+        out.put(("error", url, str(exc)))
+        return
     out.put(("ok", url, sent))
 
 
 def _consumer(url: str, sub: str, seconds: float, barrier: Barrier, out: Results) -> None:
-    acked = 0
-    pull = orjson.dumps({"maxMessages": PULL_MAX})
-    json = {"content-type": "application/json"}
-    with httpx.Client(base_url=url, timeout=TIMEOUT_S) as client:
-        client.get("/healthz").raise_for_status()
-        barrier.wait(TIMEOUT_S)
-        end = time.monotonic() + seconds
-        empty = 0
-        while time.monotonic() < end and empty < 2:
-            response = client.post(f"/v1/{sub}:pull", content=pull, headers=json)
-            if response.status_code != 200:
-                out.put(("error", url, f"HTTP {response.status_code}: {response.text[:300]}"))
-                return
-            received = orjson.loads(response.content).get("receivedMessages", [])
-            if not received:
-                empty += 1
-                continue
-            empty = 0
-            ack = orjson.dumps({"ackIds": [r["ackId"] for r in received]})
-            response = client.post(f"/v1/{sub}:acknowledge", content=ack, headers=json)
-            if response.status_code != 200:
-                out.put(("error", url, f"HTTP {response.status_code}: {response.text[:300]}"))
-                return
-            acked += len(received)
+    acked = empty = 0
+    pull = lps._pull_body(PULL_MAX)
+    try:
+        with lps._client(url) as client:
+            barrier.wait(TIMEOUT_S)
+            end = time.monotonic() + seconds
+            while time.monotonic() < end and empty < 2:
+                received = lps._post(client, f"/v1/{sub}:pull", pull).get("receivedMessages", [])
+                empty = 0 if received else empty + 1
+                if received:
+                    lps._post(client, f"/v1/{sub}:acknowledge", lps._ack_body(received))
+                    acked += len(received)
+    except lps.BenchError as exc:
+        out.put(("error", url, str(exc)))
+        return
     out.put(("ok", url, acked))
 
 
@@ -220,50 +149,29 @@ def timed(
 
 
 def run_servers(n: int, clients: int, batch: int, seconds: float, s3: bool) -> list[Phase]:
-    with servers_on_one_lake(n, s3) as (urls, lake, options):
-        topic = f"projects/{PROJECT}/topics/scale-{uuid.uuid4().hex[:8]}"
-        sub = f"projects/{PROJECT}/subscriptions/scale-{uuid.uuid4().hex[:8]}"
-        httpx.put(f"{urls[0]}/v1/{topic}", json={}, timeout=TIMEOUT_S).raise_for_status()
-        httpx.put(
-            f"{urls[0]}/v1/{sub}",
-            json={"topic": topic, "ackDeadlineSeconds": 60},
-            timeout=TIMEOUT_S,
-        ).raise_for_status()
+    with servers_on_one_lake(n, s3) as servers:
+        urls = [server.url for server in servers]
+        topic = lps._create_topic(servers[0])
+        sub = lps._create_subscription(servers[0], topic, ack_deadline_s=60)
         phases = []
-        before = counters(urls)
+        before = counters(servers)
         wall, per = timed(_publisher, urls, clients, (topic, batch, seconds))
-        after = counters(urls)
+        after = counters(servers)
         published = sum(per.values())
-        head = stored_head(lake, options, topic)
-        if head != published:
-            raise SystemExit(
-                f"{n} servers: the servers returned {published} ids, the topic holds {head}"
-            )
+        lps._check_stored(servers[0], topic, published)  # nothing lost, nothing twice
         phases.append(
             Phase(n, "publish", published, wall, _shares(per, published),
                   after[0] - before[0], after[1] - before[1])
         )  # fmt: skip
         before = after
         wall, per = timed(_consumer, urls, CONSUMERS, (sub, seconds))
-        after = counters(urls)
+        after = counters(servers)
         acked = sum(per.values())
         phases.append(
             Phase(n, "pull + ack", acked, wall, _shares(per, acked),
                   after[0] - before[0], after[1] - before[1])
         )  # fmt: skip
         return phases
-
-
-def stored_head(lake: str, options: dict[str, str], topic: str) -> int:
-    """How many messages the topic's table holds (offsets are dense from 0)."""
-    from lakepubsub import Engine, Settings
-    from lakepubsub.names import TopicName
-
-    engine = Engine(Settings(lake=lake, storage_options=options))
-    try:
-        return int(engine.topic_head(TopicName.parse(topic)))
-    finally:
-        engine.close()
 
 
 def _shares(per: dict[str, int], total: int) -> tuple[float, ...]:

@@ -32,9 +32,11 @@ def contender_backoff_s(attempt_s: float) -> float:
     For writers that contend all the time rather than in bursts, such as several
     processes publishing to one topic: a winner commits again at once, so a loser
     whose pauses grow exponentially falls further behind with every loss. Measured
-    (bench/scaleout_bench.py, 2 processes on one topic, 8 clients): exponential
-    back-off left one process 0-1 % of the messages at 0.57x the throughput of one
-    process; this pause shared them 53 / 47 % at 0.82x.
+    on a local lake (bench/scaleout_bench.py, 2 processes on one topic, 8 clients):
+    exponential back-off left one process 0-1 % of the messages at 0.57x the
+    throughput of one process; this pause shared them 48 / 52 % at 0.77x
+    (bench/results/scaleout.md). On S3 the loser still starves: it must first read
+    the winner's commits.
     """
     return random.uniform(0, max(constants.COMMIT_BACKOFF_BASE_S, attempt_s))
 
