@@ -16,6 +16,7 @@ from api.deps import EngineDep, json_response
 from api.grpc import GrpcDoor, oneport
 from api.middleware import Admission, LimitBody, Metrics
 from lakepubsub import Engine, Settings, push
+from lakepubsub.peers import Peering
 
 DESCRIPTION = """\
 Google Cloud Pub/Sub REST v1, served from Delta Lake tables. Point an unmodified
@@ -39,7 +40,13 @@ def create_app(engine: Engine | None = None, *, grpc: bool | None = None) -> Fas
         # [push integration, issue 7] A server (not an app around a given engine)
         # runs push delivery in a background thread; LAKEPUBSUB_PUSH=false turns it off.
         app.state.push = None
+        peering = None
         if engine is None:
+            # A server joins the lake's other API processes (LAKEPUBSUB_PEERING=false: not).
+            peering = Peering.from_env(app.state.engine)
+            if peering is not None:
+                await run_in_threadpool(peering.start)
+                app.state.engine.peering = peering
             app.state.push = await run_in_threadpool(push.start_from_env, app.state.engine)
         app.state.grpc = None
         if serve_grpc:
@@ -49,6 +56,9 @@ def create_app(engine: Engine | None = None, *, grpc: bool | None = None) -> Fas
         try:
             yield
         finally:
+            if peering is not None:  # others commit their own requests from now on
+                app.state.engine.peering = None
+                await run_in_threadpool(peering.stop)
             if app.state.grpc is not None:  # streams end with UNAVAILABLE; clients reconnect
                 oneport.install(None)
                 await run_in_threadpool(app.state.grpc.stop)

@@ -38,6 +38,8 @@ from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
+import psutil
+
 from bench import peer_lakepubsub as lps
 from bench.peer_lakepubsub import LakePubSubServer
 
@@ -61,6 +63,8 @@ class Phase:
     shares: tuple[float, ...]
     commits: int
     conflicts: int
+    server_cpu_s: float  # summed over the servers
+    busy: float  # share of the machine's CPU time in use during the phase
 
     @property
     def rate(self) -> float:
@@ -77,6 +81,31 @@ def servers_on_one_lake(count: int, s3: bool) -> Iterator[list[LakePubSubServer]
         first = stack.enter_context(LakePubSubServer(s3=s3))
         others = [stack.enter_context(LakePubSubServer(joins=first)) for _ in range(count - 1)]
         yield [first, *others]
+
+
+@dataclass(frozen=True)
+class Meter:
+    """Server CPU seconds and the machine's busy and total CPU seconds, at one moment."""
+
+    server_cpu_s: float
+    busy_s: float
+    total_s: float
+
+    @classmethod
+    def read(cls, servers: list[LakePubSubServer]) -> Meter:
+        cpu = 0.0
+        for server in servers:
+            times = psutil.Process(server.pid).cpu_times()
+            cpu += times.user + times.system
+        machine = psutil.cpu_times()
+        total = sum(machine)
+        return cls(cpu, total - machine.idle - getattr(machine, "iowait", 0.0), total)
+
+    def since(self, before: Meter) -> tuple[float, float]:
+        """Server CPU seconds, and the machine's busy share, between ``before`` and this."""
+        total = self.total_s - before.total_s
+        busy = (self.busy_s - before.busy_s) / total if total else 0.0
+        return self.server_cpu_s - before.server_cpu_s, busy
 
 
 def counters(servers: list[LakePubSubServer]) -> tuple[int, int]:
@@ -155,21 +184,25 @@ def run_servers(n: int, clients: int, batch: int, seconds: float, s3: bool) -> l
         sub = lps._create_subscription(servers[0], topic, ack_deadline_s=60)
         phases = []
         before = counters(servers)
+        meter = Meter.read(servers)
         wall, per = timed(_publisher, urls, clients, (topic, batch, seconds))
+        cpu, busy = Meter.read(servers).since(meter)
         after = counters(servers)
         published = sum(per.values())
         lps._check_stored(servers[0], topic, published)  # nothing lost, nothing twice
         phases.append(
             Phase(n, "publish", published, wall, _shares(per, published),
-                  after[0] - before[0], after[1] - before[1])
+                  after[0] - before[0], after[1] - before[1], cpu, busy)
         )  # fmt: skip
         before = after
+        meter = Meter.read(servers)
         wall, per = timed(_consumer, urls, CONSUMERS, (sub, seconds))
+        cpu, busy = Meter.read(servers).since(meter)
         after = counters(servers)
         acked = sum(per.values())
         phases.append(
             Phase(n, "pull + ack", acked, wall, _shares(per, acked),
-                  after[0] - before[0], after[1] - before[1])
+                  after[0] - before[0], after[1] - before[1], cpu, busy)
         )  # fmt: skip
         return phases
 
@@ -193,8 +226,8 @@ def report(phases: list[Phase], args: argparse.Namespace) -> str:
         f" {PULL_MAX} and ack. Every server, client and the lake share the machine's cores.",
         "",
         "| servers | phase | messages | msgs/s | vs 1 server | each server's share"
-        " | commits / 1M | conflicts / 1M |",
-        "| ---: | --- | ---: | ---: | ---: | --- | ---: | ---: |",
+        " | commits / 1M | conflicts / 1M | server CPU µs / msg | machine busy |",
+        "| ---: | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |",
     ]
     for p in phases:
         base = one.get(p.phase)
@@ -203,6 +236,7 @@ def report(phases: list[Phase], args: argparse.Namespace) -> str:
         lines.append(
             f"| {p.servers} | {p.phase} | {p.messages:,} | {p.rate:,.0f} | {ratio} | {shares} |"
             f" {p.per_million(p.commits):,.0f} | {p.per_million(p.conflicts):,.0f} |"
+            f" {p.server_cpu_s * 1e6 / max(p.messages, 1):,.1f} | {p.busy:.0%} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -17,11 +17,12 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lakepubsub import catalog as cat
 from lakepubsub import constants, errors, leases, schemas
 from lakepubsub._lake import Lake, settle_checkpoints
-from lakepubsub.ackids import parse_all
+from lakepubsub.ackids import AckId, parse_all
 from lakepubsub.batches import Batch, build, from_messages
 from lakepubsub.delivery import (
     AckRequest,
@@ -35,6 +36,7 @@ from lakepubsub.labels import validate_labels
 from lakepubsub.messages import PublishMessage, ReceivedMessage, TruncationEvent
 from lakepubsub.names import SnapshotName, SubscriptionName, TopicName, validate_project
 from lakepubsub.paging import page as _page
+from lakepubsub.peers import Member, Peering, Unreachable
 from lakepubsub.publisher import TopicPublisher
 from lakepubsub.schema_registry import SchemaRegistry
 from lakepubsub.settings import Settings
@@ -63,6 +65,9 @@ class Engine:
         self._publishers: dict[str, TopicPublisher] = {}
         self._dispatchers: dict[str, Dispatcher] = {}
         self._closed = False
+        # Set by a server (``lakepubsub serve``): the other API processes on this
+        # lake, and which of them commits for each topic (lakepubsub/peers.py).
+        self.peering: Peering | None = None
 
     # -- lookups ---------------------------------------------------------------------------
 
@@ -204,9 +209,56 @@ class Engine:
                     topic_uid,
                     self.settings,
                     on_commit=lambda batch: self._published(topic_uid, batch),
+                    forward=lambda columns: self._forward_publish(topic_uid, columns),
                 )
                 self._publishers[topic_uid] = publisher
             return publisher
+
+    def _forward_publish(self, topic_uid: str, columns: pa.Table) -> Future[int] | None:
+        """Hand ``columns`` to the topic's owner (a future of their first offset), or
+        None when this process commits them itself."""
+        peering = self.peering
+        member = peering.owner(topic_uid) if peering is not None else None
+        if peering is None or member is None:
+            return None
+        return peering.publish(member, topic_uid, columns)
+
+    def publish_forwarded(self, topic_uid: str, columns: pa.Table) -> Future[list[str]]:
+        """Commit another process's checked group to the topic (this process owns it)."""
+        size = int(pc.sum(columns["size"]).as_py() or 0)
+        return self._publisher(topic_uid).submit(Batch(columns, size), forwarded=True)
+
+    def _via_owner(
+        self,
+        topic_uid: str,
+        call: Callable[[Peering, Member], Future[T]],
+        here: Callable[[], Future[T]],
+    ) -> Future[T]:
+        """``call`` the topic's owner, or do the work ``here`` when this process is
+        the owner or the owner cannot be reached."""
+        peering = self.peering
+        member = peering.owner(topic_uid) if peering is not None else None
+        if peering is None or member is None:
+            return here()
+        result: Future[T] = Future()
+
+        def done(finished: Future[T]) -> None:
+            exc = finished.exception()
+            if exc is None:
+                result.set_result(finished.result())
+                return
+            if not isinstance(exc, Unreachable):
+                result.set_exception(exc)
+                return
+            try:
+                local = here()
+            except BaseException as failure:
+                result.set_exception(failure)
+                return
+            local.add_done_callback(lambda f: _copy(f, result))
+
+        call(peering, member).add_done_callback(done)
+        return result
 
     def _published(self, topic_uid: str, batch: pa.Table) -> None:
         with self._lock:
@@ -401,8 +453,25 @@ class Engine:
             )
         wait = 0.0 if return_immediately else self.settings.pull_wait_s
         count = min(max_messages, constants.MAX_PULL_MESSAGES)
+        return self._via_owner(
+            sub.topic_uid,
+            lambda peering, member: peering.pull(member, name.path, count, wait, ack_deadline_s),
+            lambda: self.pull_here(
+                name, max_messages=count, wait_s=wait, ack_deadline_s=ack_deadline_s
+            ),
+        )
+
+    def pull_here(
+        self,
+        name: SubscriptionName,
+        *,
+        max_messages: int,
+        wait_s: float,
+        ack_deadline_s: int | None,
+    ) -> Future[list[ReceivedMessage]]:
+        """A pull on this process's dispatcher (``pull_future`` checked it)."""
         return self._submit(
-            name, lambda: PullRequest(count, time.monotonic() + wait, ack_deadline_s)
+            name, lambda: PullRequest(max_messages, time.monotonic() + wait_s, ack_deadline_s)
         )
 
     def pull(
@@ -420,8 +489,7 @@ class Engine:
         Without exactly-once, acks are idempotent and best effort: an ack for a
         lease that expired still removes the message if it was not acked yet.
         """
-        parsed = parse_all(ack_ids)
-        return self._submit(name, lambda: AckRequest(parsed, None))
+        return self._changes(name, ack_ids, parse_all(ack_ids), None)
 
     def acknowledge(self, name: SubscriptionName, ack_ids: list[str]) -> dict[str, str]:
         return self.acknowledge_future(name, ack_ids).result()
@@ -434,6 +502,26 @@ class Engine:
             raise errors.InvalidArgument(
                 f"ackDeadlineSeconds must be between 0 and {constants.MAX_ACK_DEADLINE_S}"
             )
+        return self._changes(name, ack_ids, parse_all(ack_ids), deadline_s)
+
+    def _changes(
+        self,
+        name: SubscriptionName,
+        ack_ids: list[str],
+        parsed: list[AckId],
+        deadline_s: int | None,
+    ) -> Future[dict[str, str]]:
+        sub = self._subscription(name, fresh=False)
+        return self._via_owner(
+            sub.topic_uid,
+            lambda peering, member: peering.acknowledge(member, name.path, ack_ids, deadline_s),
+            lambda: self._submit(name, lambda: AckRequest(parsed, deadline_s)),
+        )
+
+    def acknowledge_here(
+        self, name: SubscriptionName, ack_ids: list[str], deadline_s: int | None
+    ) -> Future[dict[str, str]]:
+        """Acks (``deadline_s`` None) or deadline changes on this process's dispatcher."""
         parsed = parse_all(ack_ids)
         return self._submit(name, lambda: AckRequest(parsed, deadline_s))
 
@@ -652,3 +740,11 @@ def _subscription(entry: cat.Entry) -> Subscription:
         entry.created_us,
         entry.spec,
     )
+
+
+def _copy(source: Future[T], target: Future[T]) -> None:
+    exc = source.exception()
+    if exc is not None:
+        target.set_exception(exc)
+    else:
+        target.set_result(source.result())

@@ -19,6 +19,15 @@ COMMIT_SECONDS = Histogram(
 ROWS_PER_COMMIT = Histogram(
     "lakepubsub_rows_per_commit", "Rows written per Delta commit", ["table"], buckets=_ROWS_BUCKETS
 )
+PEER_CALLS = Counter(
+    "lakepubsub_peer_calls_total",
+    "Requests handed to the owner of their topic (another API process)",
+    ["method"],
+)
+PEER_UNREACHABLE = Counter(
+    "lakepubsub_peer_unreachable_total",
+    "Calls to a topic's owner that could not be made (done here instead)",
+)
 PUBLISHED = Counter("lakepubsub_published_messages_total", "Messages published")
 DELIVERED = Counter("lakepubsub_delivered_messages_total", "Messages handed out by pull")
 ACKED = Counter("lakepubsub_acked_messages_total", "Acknowledgements applied")

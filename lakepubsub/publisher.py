@@ -23,6 +23,7 @@ from deltalake.exceptions import CommitFailedError
 from lakepubsub import constants, errors, metrics, retry, schemas
 from lakepubsub._lake import Lake
 from lakepubsub.batches import Batch
+from lakepubsub.peers import Unreachable
 from lakepubsub.settings import Settings
 from lakepubsub.topic_table import MessagesTable
 
@@ -33,6 +34,14 @@ MAX_ROWS_PER_COMMIT = 50_000
 MAX_BYTES_PER_COMMIT = 64 * 1024 * 1024
 
 OnCommit = Callable[[pa.Table], None]
+# Hands a group to the topic's owner (``lakepubsub/peers.py``): a future of the first
+# offset it got (``Unreachable`` if the owner could not be asked), or None when this
+# process is the owner.
+Forward = Callable[[pa.Table], "Future[int] | None"]
+# Groups handed to the owner and not answered yet: the next group goes while the
+# owner commits the last, so the clients of a process that does not own the topic
+# wait about as long as the owner's own.
+MAX_HANDED_OVER = 4
 
 
 @dataclass
@@ -40,15 +49,23 @@ class _Request:
     columns: pa.Table
     size: int
     future: Future[list[str]]
+    forwarded: bool = False  # sent by another process: commit here, never pass on
+    here: bool = False  # the owner could not be reached: commit here
 
 
 class TopicPublisher:
     """Appends publish requests for one topic, many per commit."""
 
     def __init__(
-        self, lake: Lake, topic_uid: str, settings: Settings, on_commit: OnCommit | None = None
+        self,
+        lake: Lake,
+        topic_uid: str,
+        settings: Settings,
+        on_commit: OnCommit | None = None,
+        forward: Forward | None = None,
     ) -> None:
         self.topic_uid = topic_uid
+        self._forward = forward
         self._lake = lake
         self._settings = settings
         self._on_commit = on_commit
@@ -57,12 +74,14 @@ class TopicPublisher:
         self._cond = threading.Condition()
         self._queue: list[_Request] = []
         self._closed = False
+        self._handed_over = 0
         self._table: MessagesTable | None = None
         self._thread: threading.Thread | None = None
 
-    def submit(self, batch: Batch) -> Future[list[str]]:
-        """Queue a checked batch; the future resolves to its message ids once committed."""
-        request = _Request(batch.columns, batch.size, Future())
+    def submit(self, batch: Batch, *, forwarded: bool = False) -> Future[list[str]]:
+        """Queue a checked batch; the future resolves to its message ids once committed.
+        A ``forwarded`` batch (another process's group) is committed by this process."""
+        request = _Request(batch.columns, batch.size, Future(), forwarded)
         with self._cond:
             if self._closed:
                 raise errors.Unavailable("the publisher is shutting down")
@@ -88,17 +107,15 @@ class TopicPublisher:
         idle_since = time.monotonic()
         while True:
             with self._cond:
-                while not self._queue and not self._closed:
-                    self._cond.wait(timeout=1.0)
-                    if (
-                        not self._queue
-                        and time.monotonic() - idle_since > self._settings.worker_idle_exit_s
+                while not self._queue or self._handed_over >= MAX_HANDED_OVER:
+                    idle = not self._queue and not self._handed_over
+                    if idle and (
+                        self._closed
+                        or time.monotonic() - idle_since > self._settings.worker_idle_exit_s
                     ):
                         self._thread = None
                         return
-                if not self._queue and self._closed:
-                    self._thread = None
-                    return
+                    self._cond.wait(timeout=1.0)
                 group = self._take()
             self._commit(group)
             idle_since = time.monotonic()
@@ -120,20 +137,45 @@ class TopicPublisher:
 
     def _commit(self, group: list[_Request]) -> None:
         try:
-            first = self._append(pa.concat_tables([r.columns for r in group]))
+            columns = pa.concat_tables([r.columns for r in group])
+            if self._forward is not None and not any(r.forwarded or r.here for r in group):
+                pending = self._forward(columns)
+                if pending is not None:
+                    with self._cond:
+                        self._handed_over += 1
+                    pending.add_done_callback(lambda done: self._owner_answered(group, done))
+                    return
+            first = self._append(columns)
         except Exception as exc:  # every caller learns the outcome
-            failure = exc if isinstance(exc, errors.LakePubSubError) else errors.Internal(str(exc))
-            if not isinstance(exc, errors.LakePubSubError):
-                log.exception("publish commit failed")
-            for request in group:
-                request.future.set_exception(failure)
+            _fail(group, exc)
             return
+        self._answer(group, first)
+
+    def _owner_answered(self, group: list[_Request], done: Future[int]) -> None:
+        exc = done.exception()
+        with self._cond:
+            self._handed_over -= 1
+            if isinstance(exc, Unreachable):  # commit them here, before anything newer
+                for request in group:
+                    request.here = True
+                self._queue[0:0] = group
+            self._cond.notify()
+        if isinstance(exc, Unreachable):
+            log.info("the owner of topic %s is unreachable; committing here", self.topic_uid)
+        elif exc is not None:
+            _fail(group, exc)
+        else:
+            self._answer(group, done.result())
+
+    def _answer(self, group: list[_Request], first: int) -> None:
         offset = first
+        ours = 0  # a forwarded group is counted by the process its clients sent it to
         for request in group:
             n = request.columns.num_rows
             request.future.set_result([str(o) for o in range(offset, offset + n)])
             offset += n
-        metrics.PUBLISHED.inc(offset - first)
+            ours += 0 if request.forwarded else n
+        metrics.PUBLISHED.inc(ours)
 
     def _append(self, columns: pa.Table) -> int:
         """Number and commit ``columns``; return the first offset."""
@@ -168,6 +210,14 @@ class TopicPublisher:
     def _after_commit(self, batch: pa.Table) -> None:
         if self._on_commit is not None:
             self._on_commit(batch)
+
+
+def _fail(group: list[_Request], exc: BaseException) -> None:
+    failure = exc if isinstance(exc, errors.LakePubSubError) else errors.Internal(str(exc))
+    if not isinstance(exc, errors.LakePubSubError):
+        log.error("publish commit failed", exc_info=exc)
+    for request in group:
+        request.future.set_exception(failure)
 
 
 def _numbered(columns: pa.Table, head: int) -> pa.Table:

@@ -219,6 +219,29 @@ class Lake:
                 names.append(entry["Prefix"][len(prefix) :].rstrip("/"))
         return sorted(names)
 
+    def list_objects(self, *parts: str) -> list[tuple[str, float]]:
+        """Names and modification times (seconds since the epoch) of the objects
+        directly under ``{root}/parts``."""
+        if not self.is_s3:
+            path = os.path.join(self.root, *parts)
+            try:
+                entries = list(os.scandir(path))
+            except FileNotFoundError:
+                return []
+            found = []
+            for entry in entries:
+                with contextlib.suppress(FileNotFoundError):  # removed while listed
+                    if entry.is_file():
+                        found.append((entry.name, entry.stat().st_mtime))
+            return found
+        prefix = "/".join(p for p in (self.prefix, *parts) if p) + "/"
+        found = []
+        paginator = self.s3_client().get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix, Delimiter="/"):
+            for obj in page.get("Contents", []):
+                found.append((obj["Key"][len(prefix) :], obj["LastModified"].timestamp()))
+        return found
+
     # -- S3 --------------------------------------------------------------------------
 
     def s3_client(self) -> Any:

@@ -35,6 +35,26 @@ resource "aws_vpc_security_group_egress_rule" "alb_to_tasks" {
   to_port                      = var.container_port
 }
 
+# Peering (docs/architecture.md): the API processes of all tasks hand each topic's
+# commits to one of them over gRPC, on a port range of their own, task to task.
+resource "aws_vpc_security_group_ingress_rule" "peers_in" {
+  security_group_id            = aws_security_group.tasks.id
+  description                  = "Peer calls from the other API tasks"
+  referenced_security_group_id = aws_security_group.tasks.id
+  ip_protocol                  = "tcp"
+  from_port                    = var.peer_port
+  to_port                      = var.peer_port + 63
+}
+
+resource "aws_vpc_security_group_egress_rule" "peers_out" {
+  security_group_id            = aws_security_group.tasks.id
+  description                  = "Peer calls to the other API tasks"
+  referenced_security_group_id = aws_security_group.tasks.id
+  ip_protocol                  = "tcp"
+  from_port                    = var.peer_port
+  to_port                      = var.peer_port + 63
+}
+
 resource "aws_vpc_security_group_egress_rule" "https_out" {
   for_each = toset(var.egress_cidrs)
 
@@ -74,6 +94,8 @@ locals {
         { name = "LAKEPUBSUB_LAKE", value = var.lake_uri },
         { name = "LAKEPUBSUB_ALLOW_ANONYMOUS", value = tostring(var.allow_anonymous) },
         { name = "AWS_REGION", value = local.region },
+        { name = "LAKEPUBSUB_PEER_HOST", value = "0.0.0.0" },
+        { name = "LAKEPUBSUB_PEER_PORT", value = tostring(var.peer_port) },
       ]
       secrets = [
         { name = "LAKEPUBSUB_API_KEYS", valueFrom = var.api_keys_secret_arn },

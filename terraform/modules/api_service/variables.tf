@@ -44,6 +44,12 @@ variable "container_port" {
   default     = 8085
 }
 
+variable "peer_port" {
+  description = "First of the 64 ports the API processes call each other on (LAKEPUBSUB_PEER_PORT); each worker takes the next free one."
+  type        = number
+  default     = 9100
+}
+
 variable "cpu" {
   description = "Fargate task CPU units (1024 = 1 vCPU)."
   type        = number

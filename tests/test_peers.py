@@ -1,0 +1,158 @@
+"""Peering (lakepubsub/peers.py): engines on one lake hand a topic's commits to its owner.
+
+Two engines in this process, each with its own peer server (real gRPC on
+127.0.0.1) and its membership object in the lake, as two ``lakepubsub serve``
+processes would have. tests/api/test_scaleout.py runs real server processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from support import LakeSpec
+
+from lakepubsub import (
+    Engine,
+    PublishMessage,
+    Subscription,
+    SubscriptionName,
+    Topic,
+    TopicName,
+    metrics,
+)
+from lakepubsub.batches import from_messages
+from lakepubsub.leases import INVALID_ACK_ID
+from lakepubsub.peers import Member, Peering, Unreachable
+from lakepubsub.topic_table import MessagesTable
+
+TOPIC = TopicName("proj", "hot")
+
+
+def _calls(method: str) -> float:
+    return metrics.PEER_CALLS.labels(method)._value.get()
+
+
+@pytest.fixture
+def pair(local_lake: LakeSpec) -> Iterator[tuple[Engine, Engine]]:
+    """(owner, other): two peered engines, named by who owns TOPIC's uid."""
+    engines = [Engine(local_lake.settings()) for _ in range(2)]
+    peerings = []
+    for engine in engines:
+        peering = Peering(engine)
+        peering.start()  # the second announces itself to the first
+        engine.peering = peering
+        peerings.append(peering)
+    try:
+        engines[0].create_topic(Topic(TOPIC))
+        uid = engines[0]._topic_entry(TOPIC).uid
+        owners = {p.owner(uid) for p in peerings}
+        assert len(owners) == 2  # each sees the other, or None for itself
+        owner = engines[0] if peerings[1].owner(uid) == peerings[0].me else engines[1]
+        yield owner, engines[1] if owner is engines[0] else engines[0]
+    finally:
+        for engine, peering in zip(engines, peerings, strict=True):
+            engine.peering = None
+            peering.stop()
+            engine.close()
+
+
+def test_members_agree_on_one_owner(pair: tuple[Engine, Engine]) -> None:
+    owner, other = pair
+    assert owner.peering is not None and other.peering is not None
+    assert set(owner.peering.members) == set(other.peering.members)
+    assert len(owner.peering.members) == 2
+    for i in range(50):  # every uid has the same owner whichever process asks
+        uid = f"uid-{i}"
+        a, b = owner.peering.owner(uid), other.peering.owner(uid)
+        assert (a is None) != (b is None)
+        assert (a or owner.peering.me) == (b or other.peering.me)
+
+
+def test_publish_through_the_other_is_committed_by_the_owner(
+    pair: tuple[Engine, Engine],
+) -> None:
+    owner, other = pair
+    before = _calls("publish")
+    ids = other.publish(TOPIC, [PublishMessage(f"m{i}".encode()) for i in range(5)])
+    mine = owner.publish(TOPIC, [PublishMessage(b"own")])
+    assert _calls("publish") == before + 1
+    assert [int(i) for i in ids] == list(range(int(ids[0]), int(ids[0]) + 5))
+    assert sorted(int(i) for i in ids + mine) == list(range(6))
+    uid = owner._topic_entry(TOPIC).uid
+    rows = MessagesTable(owner.lake, uid).read_range(0, 6)
+    assert rows["data"].to_pylist() == [b"m0", b"m1", b"m2", b"m3", b"m4", b"own"] or rows[
+        "data"
+    ].to_pylist() == [b"own", b"m0", b"m1", b"m2", b"m3", b"m4"]
+
+
+def test_pull_ack_and_events_through_the_other(pair: tuple[Engine, Engine]) -> None:
+    owner, other = pair
+    sub = SubscriptionName("proj", "once")
+    owner.create_subscription(Subscription(sub, TOPIC, enable_exactly_once_delivery=True))
+    other.publish(
+        TOPIC,
+        [PublishMessage(b"a", {"k": "v"}, "key"), PublishMessage(b"", {"only": "attrs"})],
+    )
+    pulls = _calls("pull")
+    got = other.pull(sub, max_messages=10)
+    assert _calls("pull") == pulls + 1
+    assert [(r.message.data, dict(r.message.attributes), r.message.ordering_key) for r in got] == [  # type: ignore[union-attr]
+        (b"a", {"k": "v"}, "key"),
+        (b"", {"only": "attrs"}, ""),
+    ]
+    assert all(r.delivery_attempt == 1 for r in got)
+    first = got[0].ack_id
+    assert other.acknowledge(sub, [first]) == {}
+    # Exactly-once: the same delivery acknowledged again fails, through either process.
+    assert other.acknowledge(sub, [first]) == {first: INVALID_ACK_ID}
+    assert other.modify_ack_deadline(sub, [got[1].ack_id], 0) == {}
+    again = other.pull(sub, max_messages=10)
+    assert [r.message.data for r in again] == [b""]  # type: ignore[union-attr]
+    other.acknowledge(sub, [again[0].ack_id])
+    # A truncation event crosses as an event.
+    other.publish(TOPIC, [PublishMessage(b"dropped")])
+    owner.truncate(sub, reason="test")
+    events = other.pull(sub, max_messages=10)
+    assert len(events) == 1 and events[0].message is None
+    assert events[0].event is not None and events[0].event.reason == "test"
+
+
+def test_errors_cross_as_their_class(pair: tuple[Engine, Engine]) -> None:
+    owner, other = pair
+    sub = SubscriptionName("proj", "plain")
+    owner.create_subscription(Subscription(sub, TOPIC))
+    owner.delete_subscription(sub)
+    assert other.peering is not None
+    uid = owner._topic_entry(TOPIC).uid
+    member = other.peering.owner(uid)
+    assert member is not None
+    future = other.peering.pull(member, sub.path, 1, 0.0, None)
+    with pytest.raises(Exception) as raised:
+        future.result()
+    assert type(raised.value).__name__ == "NotFound"
+
+
+def test_a_wrong_token_is_refused_and_handled_as_unreachable(
+    pair: tuple[Engine, Engine],
+) -> None:
+    owner, other = pair
+    assert owner.peering is not None and other.peering is not None and owner.peering.me
+    impostor = Member(*owner.peering.me[:3], "0" * 32, owner.peering.me.hostname)
+    with pytest.raises(Unreachable):
+        other.peering.publish(
+            impostor, "any", from_messages([PublishMessage(b"x")]).columns
+        ).result()
+
+
+def test_an_owner_that_left_is_replaced_by_the_caller(pair: tuple[Engine, Engine]) -> None:
+    owner, other = pair
+    assert owner.peering is not None and other.peering is not None
+    stale = owner.peering.me
+    owner.peering.stop()  # deletes its membership object, ends its server
+    owner.peering = None
+    # ``other`` still lists it until its next listing: the call fails, it commits itself.
+    assert stale in other.peering.members
+    ids = other.publish(TOPIC, [PublishMessage(b"after")])
+    assert ids == ["0"]
+    assert stale not in other.peering.members
