@@ -20,7 +20,9 @@ subscription. Then two timed phases:
 
 Writes bench/results/scaleout.md (scaleout-s3.md with ``--s3``; ``-quick``
 with ``--quick``). This is the measurement behind issue 17 (scale-out): one
-topic is one Delta table, so N processes race on its log.
+topic is one Delta table; the servers peer, so one of them commits for it and
+the others hand it their clients' work (lakepubsub/peers.py). Also reported:
+the servers' CPU per message and the machine's busy share in each phase.
 """
 
 from __future__ import annotations

@@ -219,6 +219,9 @@ def test_time_travel_is_exact_or_fails_in_one_line(
     topic = local_engine.create_topic(Topic(TopicName("shop", "ledger")))
     for i in range(14):  # versions 1-14, one message each
         local_engine.publish(topic.name, [PublishMessage(f"entry {i}".encode())])
+        # Delta moves a commit's time 1 ms past an earlier commit of the same
+        # millisecond; then version 5's file time would name version 4.
+        time.sleep(0.003)
     uri = local_engine.lake.messages_uri(topic.uid)
     log_dir = Path(uri) / "_delta_log"
     at_v5 = datetime.fromtimestamp((log_dir / f"{5:020d}.json").stat().st_mtime, UTC)
