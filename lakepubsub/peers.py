@@ -75,6 +75,18 @@ _OPTIONS = [
     ("grpc.max_send_message_length", _MAX_MESSAGE),
     ("grpc.max_receive_message_length", _MAX_MESSAGE),
 ]
+# A peer that drops connection attempts (a closed port range between hosts) must
+# fail the first call within about a second, not grpcio's default 20 s.
+_CLIENT_OPTIONS = [
+    *_OPTIONS,
+    ("grpc.initial_reconnect_backoff_ms", 500),
+    ("grpc.min_reconnect_backoff_ms", 1000),
+    ("grpc.max_reconnect_backoff_ms", 5000),
+]
+# A member a call could not reach is left out for this long, doubling with each
+# failure in a row up to the maximum, and then only once it has beaten again.
+SUSPECT_S = 5.0
+SUSPECT_MAX_S = 300.0
 _SERVICE = "/lakepubsub.peer.v1.Peer/"
 _TOKEN = "lakepubsub-peer-token"
 _ERROR = "lakepubsub-error"
@@ -148,7 +160,8 @@ class Peering:
         self.me: Member | None = None
         self._members: tuple[Member, ...] = ()
         # Members a call could not reach, and when: left out until they beat again.
-        self._suspects: dict[Member, float] = {}
+        self._suspects: dict[Member, tuple[float, float]] = {}  # since, until
+        self._failures: dict[Member, int] = {}
         self._channels: dict[str, tuple[Member, grpc.aio.Channel]] = {}
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
@@ -265,20 +278,25 @@ class Peering:
         self._lake.objects.put(self._uri(self.me.key), b"")
         now = time.time()
         alive: list[Member] = []
+        listed: set[Member] = set()
         for key, modified in self._lake.list_objects(PEERS_DIR):
             member = Member.parse(key)
             if member is None:
                 continue
+            listed.add(member)
             age = now - modified
             if age > SWEEP_S:
                 with contextlib.suppress(Exception):
                     self._lake.objects.delete(self._uri(key))
             suspected = self._suspects.get(member)
-            if suspected is not None and modified > suspected:
-                del self._suspects[member]  # it beat since: try it again
+            if suspected is not None and modified > suspected[0] and now > suspected[1]:
+                del self._suspects[member]  # it beat since, and its time is up: try again
                 suspected = None
             if age <= EXPIRY_S and suspected is None and self._reachable(member):
                 alive.append(member)
+        for gone in [m for m in list(self._suspects) if m not in listed]:  # its object is gone
+            self._suspects.pop(gone, None)
+            self._failures.pop(gone, None)
         if self.me not in alive:
             alive.append(self.me)
         self._members = tuple(sorted(alive))
@@ -318,9 +336,23 @@ class Peering:
         return None if best == self.me else best
 
     def forget(self, member: Member) -> None:
-        """Stop routing to ``member`` until its next heartbeat is seen."""
-        self._suspects[member] = time.time()
+        """Stop routing to ``member`` for a while (longer after each failure in a row),
+        and then until its next heartbeat is seen."""
+        now = time.time()
+        suspected = self._suspects.get(member)
+        if suspected is not None and now < suspected[1]:  # calls that were already in flight
+            return
+        failures = self._failures.get(member, 0) + 1
+        self._failures[member] = failures
+        pause = min(SUSPECT_S * 2 ** (failures - 1), SUSPECT_MAX_S)
+        self._suspects[member] = (now, now + pause)
         self._members = tuple(m for m in self._members if m != member)
+        log.warning(
+            "peer %s unreachable (%d in a row): its topics are committed here for %.0f s",
+            member.address,
+            failures,
+            pause,
+        )
 
     # -- calls to the owner ----------------------------------------------------------
 
@@ -340,7 +372,7 @@ class Peering:
         if known is None or known[0] != member:
             if known is not None:
                 await known[1].close()
-            known = (member, grpc.aio.insecure_channel(member.address, options=_OPTIONS))
+            known = (member, grpc.aio.insecure_channel(member.address, options=_CLIENT_OPTIONS))
             self._channels[member.address] = known
         call: Any = known[1].unary_unary(_SERVICE + method)
         try:
@@ -349,6 +381,7 @@ class Peering:
             raise self._failure(member, exc) from None
         except asyncio.CancelledError as exc:
             raise Unreachable(f"{member.address}: cancelled") from exc
+        self._failures.pop(member, None)
         return answer
 
     def _failure(self, member: Member, exc: grpc.RpcError) -> Exception:
@@ -360,14 +393,13 @@ class Peering:
             cls = getattr(errors, kind, None)
             if isinstance(cls, type) and issubclass(cls, errors.LakePubSubError):
                 return cls(details)
-        code = failed.code()
-        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.PERMISSION_DENIED):
-            self.forget(member)
-            metrics.PEER_UNREACHABLE.inc()
-            return Unreachable(f"{member.address}: {details}")
-        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        if failed.code() == grpc.StatusCode.DEADLINE_EXCEEDED:  # it may have done the work
             return errors.Unavailable(f"the topic's owner {member.address} did not answer in time")
-        return errors.Internal(f"the topic's owner {member.address} failed: {details}")
+        # Refused, reset, the wrong token, or something other than a peer at that
+        # address (a proxy answering HTTP/2): the work was not done there.
+        self.forget(member)
+        metrics.PEER_UNREACHABLE.inc()
+        return Unreachable(f"{member.address}: {details}")
 
     def publish(self, member: Member, topic_uid: str, columns: pa.Table) -> Future[int]:
         """Have ``member`` commit ``columns`` to the topic: a future of their first offset."""

@@ -7,6 +7,7 @@ processes would have. tests/api/test_scaleout.py runs real server processes.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -156,3 +157,28 @@ def test_an_owner_that_left_is_replaced_by_the_caller(pair: tuple[Engine, Engine
     ids = other.publish(TOPIC, [PublishMessage(b"after")])
     assert ids == ["0"]
     assert stale not in other.peering.members
+
+
+def test_an_unreachable_member_is_left_out_until_its_pause_ends_and_it_beats(
+    pair: tuple[Engine, Engine],
+) -> None:
+    owner, other = pair
+    assert owner.peering is not None and other.peering is not None
+    member = owner.peering.me
+    assert member is not None
+    nobody = Member("0" * 12, "127.0.0.1", 9, "0" * 32, member.hostname)  # nothing listens
+    with pytest.raises(Unreachable):
+        other.peering.publish(nobody, "any", from_messages([PublishMessage(b"x")]).columns).result()
+
+    other.peering.forget(member)
+    other.peering.forget(member)  # calls already in flight: still one failure
+    since, until = other.peering._suspects[member]
+    assert until - since == pytest.approx(5.0)
+    owner.peering._beat()
+    other.peering._beat()
+    assert member not in other.peering.members  # it beat, but its pause lasts
+    other.peering._suspects[member] = (since, time.time() - 0.01)  # the pause is over
+    time.sleep(0.02)  # file times come from a coarse clock
+    owner.peering._beat()
+    other.peering._beat()
+    assert member in other.peering.members
