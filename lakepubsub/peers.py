@@ -209,8 +209,11 @@ class Peering:
         ready.wait()
         if failure:
             raise failure[0]
-        self._beat()
-        self._announce()
+        try:
+            self._beat()
+            self._announce()
+        except Exception:  # the lake is unreachable now: serve alone, the heartbeat retries
+            log.warning("could not join the lake's other processes yet", exc_info=True)
         self._heartbeat = threading.Thread(target=self._beat_forever, name="peers", daemon=True)
         self._heartbeat.start()
         log.info("peer server on %s", self.me.address if self.me else "?")

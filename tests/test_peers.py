@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from support import LakeSpec
@@ -182,3 +183,17 @@ def test_an_unreachable_member_is_left_out_until_its_pause_ends_and_it_beats(
     owner.peering._beat()
     other.peering._beat()
     assert member in other.peering.members
+
+
+def test_a_lake_that_cannot_be_written_leaves_the_process_serving_alone(
+    local_lake: LakeSpec,
+) -> None:
+    with Engine(local_lake.settings()) as engine:
+        (Path(engine.lake.root) / "peers").write_text("not a directory")  # every beat fails
+        peering = Peering(engine)
+        peering.start()
+        try:
+            assert peering.members == ()
+            assert peering.owner("any-uid") is None  # commits here
+        finally:
+            peering.stop()
