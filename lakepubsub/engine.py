@@ -214,14 +214,17 @@ class Engine:
                 self._publishers[topic_uid] = publisher
             return publisher
 
+    def _owner(self, topic_uid: str) -> tuple[Peering, Member] | None:
+        """The other process that commits for the topic, or None if it is this one."""
+        peering = self.peering
+        member = peering.owner(topic_uid) if peering is not None else None
+        return None if peering is None or member is None else (peering, member)
+
     def _forward_publish(self, topic_uid: str, columns: pa.Table) -> Future[int] | None:
         """Hand ``columns`` to the topic's owner (a future of their first offset), or
         None when this process commits them itself."""
-        peering = self.peering
-        member = peering.owner(topic_uid) if peering is not None else None
-        if peering is None or member is None:
-            return None
-        return peering.publish(member, topic_uid, columns)
+        owner = self._owner(topic_uid)
+        return None if owner is None else owner[0].publish(owner[1], topic_uid, columns)
 
     def publish_forwarded(self, topic_uid: str, columns: pa.Table) -> Future[list[str]]:
         """Commit another process's checked group to the topic (this process owns it)."""
@@ -236,9 +239,8 @@ class Engine:
     ) -> Future[T]:
         """``call`` the topic's owner, or do the work ``here`` when this process is
         the owner or the owner cannot be reached."""
-        peering = self.peering
-        member = peering.owner(topic_uid) if peering is not None else None
-        if peering is None or member is None:
+        owner = self._owner(topic_uid)
+        if owner is None:
             return here()
         result: Future[T] = Future()
 
@@ -257,7 +259,7 @@ class Engine:
                 return
             local.add_done_callback(lambda f: _copy(f, result))
 
-        call(peering, member).add_done_callback(done)
+        call(*owner).add_done_callback(done)
         return result
 
     def _published(self, topic_uid: str, batch: pa.Table) -> None:

@@ -54,8 +54,9 @@ import grpc
 import orjson
 import pyarrow as pa
 
-from lakepubsub import errors, metrics
-from lakepubsub.messages import Message, ReceivedMessage, TruncationEvent
+from lakepubsub import errors, metrics, schemas
+from lakepubsub.messages import ReceivedMessage, TruncationEvent, from_arrow
+from lakepubsub.names import SubscriptionName
 
 if TYPE_CHECKING:
     from lakepubsub.engine import Engine
@@ -93,18 +94,14 @@ _ERROR = "lakepubsub-error"
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 _Context = Any  # grpc.aio.ServicerContext[bytes, bytes]
+# A pull's deliveries: the messages table's columns (null in an event's row), so
+# ``messages.from_arrow`` reads them back, with the delivery's own fields.
 _DELIVERIES = pa.schema(
     [
         ("ack_id", pa.string()),
         ("delivery_attempt", pa.int32()),
-        ("offset", pa.int64()),
-        ("message_id", pa.string()),
-        ("publish_time_us", pa.int64()),
-        ("data", pa.binary()),
-        ("attributes", pa.map_(pa.string(), pa.string())),
-        ("ordering_key", pa.string()),
-        ("size", pa.int64()),
         ("event", pa.string()),  # JSON of a truncation event; null for messages
+        *(pa.field(f.name, f.type) for f in schemas.MESSAGES),
     ]
 )
 
@@ -495,8 +492,6 @@ class _Handlers(grpc.GenericRpcHandler):
         return orjson.dumps({"first": first})
 
     async def _pull(self, body: bytes, context: _Context) -> bytes:
-        from lakepubsub.names import SubscriptionName
-
         doc = orjson.loads(body)
         name = SubscriptionName.parse(doc["subscription"])
         engine = self._peering._engine
@@ -512,8 +507,6 @@ class _Handlers(grpc.GenericRpcHandler):
         return _deliveries_to_ipc(got or [])
 
     async def _ack(self, body: bytes, context: _Context) -> bytes:
-        from lakepubsub.names import SubscriptionName
-
         doc = orjson.loads(body)
         name = SubscriptionName.parse(doc["subscription"])
         engine = self._peering._engine
@@ -539,41 +532,33 @@ def _deliveries_to_ipc(items: Iterable[ReceivedMessage]) -> bytes:
         cols["ack_id"].append(item.ack_id)
         cols["delivery_attempt"].append(item.delivery_attempt)
         m = item.message
-        if m is not None:
-            cols["offset"].append(m.offset)
-            cols["message_id"].append(m.message_id)
-            cols["publish_time_us"].append(m.publish_time_us)
-            cols["data"].append(m.data)
-            cols["attributes"].append(list(m.attributes.items()))
-            cols["ordering_key"].append(m.ordering_key)
-            cols["size"].append(m.size)
-            cols["event"].append(None)
-        else:
-            assert item.event is not None
-            for name in ("offset", "message_id", "publish_time_us", "data"):
-                cols[name].append(None)
-            cols["attributes"].append([])
-            cols["ordering_key"].append("")
-            cols["size"].append(0)
-            cols["event"].append(orjson.dumps(item.event.to_json()).decode())
+        event = item.event
+        cols["event"].append(None if event is None else orjson.dumps(event.to_json()).decode())
+        cols["offset"].append(None if m is None else m.offset)
+        cols["message_id"].append(None if m is None else m.message_id)
+        cols["publish_time"].append(None if m is None else m.publish_time_us)
+        cols["data"].append(None if m is None else m.data)
+        cols["attributes"].append(None if m is None else list(m.attributes.items()))
+        cols["ordering_key"].append(None if m is None else m.ordering_key)
+        cols["size"].append(None if m is None else m.size)
     return _ipc(pa.table(cols, schema=_DELIVERIES))
 
 
 def _deliveries_from_ipc(body: bytes) -> list[ReceivedMessage]:
     table = pa.ipc.open_stream(body).read_all()
     new = tuple.__new__
-    out: list[ReceivedMessage] = []
-    for ack_id, attempt, offset, mid, us, data, attrs, key, size, event in zip(
-        *(table.column(name).to_pylist() for name in _DELIVERIES.names), strict=True
-    ):
-        if event is not None:
-            truncation = TruncationEvent.from_json(orjson.loads(event))
-            out.append(ReceivedMessage(ack_id, attempt, event=truncation))
-            continue
-        fields = (offset, mid, us, data or b"", dict(attrs) if attrs else {}, key or "", size)
-        message = new(Message, fields)
-        out.append(new(ReceivedMessage, (ack_id, attempt, message, None)))
-    return out
+    return [
+        new(ReceivedMessage, (ack_id, attempt, message, None))
+        if event is None
+        else ReceivedMessage(ack_id, attempt, event=TruncationEvent.from_json(orjson.loads(event)))
+        for ack_id, attempt, event, message in zip(
+            table.column("ack_id").to_pylist(),
+            table.column("delivery_attempt").to_pylist(),
+            table.column("event").to_pylist(),
+            from_arrow(table),
+            strict=True,
+        )
+    ]
 
 
 def _done(value: T) -> Future[T]:
