@@ -34,16 +34,17 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
 import psutil
 
 from bench import peer_lakepubsub as lps
 from bench.peer_lakepubsub import LakePubSubServer
+from bench.procstats import ProcessMeter
 
 if TYPE_CHECKING:
     from multiprocessing.queues import Queue
@@ -52,6 +53,7 @@ RESULTS = Path(__file__).parent / "results"
 CONSUMERS = 4
 PULL_MAX = 1000
 TIMEOUT_S = 120.0
+T = TypeVar("T")
 # What each client process sends back: ("ok", its server, its count) or ("error", server, text).
 Results: TypeAlias = "Queue[tuple[str, str, int | str]]"
 
@@ -85,29 +87,18 @@ def servers_on_one_lake(count: int, s3: bool) -> Iterator[list[LakePubSubServer]
         yield [first, *others]
 
 
-@dataclass(frozen=True)
-class Meter:
-    """Server CPU seconds and the machine's busy and total CPU seconds, at one moment."""
-
-    server_cpu_s: float
-    busy_s: float
-    total_s: float
-
-    @classmethod
-    def read(cls, servers: list[LakePubSubServer]) -> Meter:
-        cpu = 0.0
-        for server in servers:
-            times = psutil.Process(server.pid).cpu_times()
-            cpu += times.user + times.system
-        machine = psutil.cpu_times()
-        total = sum(machine)
-        return cls(cpu, total - machine.idle - getattr(machine, "iowait", 0.0), total)
-
-    def since(self, before: Meter) -> tuple[float, float]:
-        """Server CPU seconds, and the machine's busy share, between ``before`` and this."""
-        total = self.total_s - before.total_s
-        busy = (self.busy_s - before.busy_s) / total if total else 0.0
-        return self.server_cpu_s - before.server_cpu_s, busy
+def metered(servers: list[LakePubSubServer], run: Callable[[], T]) -> tuple[T, float, float]:
+    """``run()``, the servers' CPU seconds over it (bench/procstats.py), and the
+    share of the machine's CPU time in use meanwhile."""
+    with contextlib.ExitStack() as stack:
+        meters = [stack.enter_context(ProcessMeter(server.pid)) for server in servers]
+        before = psutil.cpu_times()
+        result = run()
+        after = psutil.cpu_times()
+    total = sum(after) - sum(before)
+    idle = after.idle - before.idle + getattr(after, "iowait", 0.0) - getattr(before, "iowait", 0.0)
+    busy = 1 - idle / total if total else 0.0
+    return result, sum(m.usage.cpu_s for m in meters), busy
 
 
 def counters(servers: list[LakePubSubServer]) -> tuple[int, int]:
@@ -186,9 +177,9 @@ def run_servers(n: int, clients: int, batch: int, seconds: float, s3: bool) -> l
         sub = lps._create_subscription(servers[0], topic, ack_deadline_s=60)
         phases = []
         before = counters(servers)
-        meter = Meter.read(servers)
-        wall, per = timed(_publisher, urls, clients, (topic, batch, seconds))
-        cpu, busy = Meter.read(servers).since(meter)
+        (wall, per), cpu, busy = metered(
+            servers, lambda: timed(_publisher, urls, clients, (topic, batch, seconds))
+        )
         after = counters(servers)
         published = sum(per.values())
         lps._check_stored(servers[0], topic, published)  # nothing lost, nothing twice
@@ -197,9 +188,9 @@ def run_servers(n: int, clients: int, batch: int, seconds: float, s3: bool) -> l
                   after[0] - before[0], after[1] - before[1], cpu, busy)
         )  # fmt: skip
         before = after
-        meter = Meter.read(servers)
-        wall, per = timed(_consumer, urls, CONSUMERS, (sub, seconds))
-        cpu, busy = Meter.read(servers).since(meter)
+        (wall, per), cpu, busy = metered(
+            servers, lambda: timed(_consumer, urls, CONSUMERS, (sub, seconds))
+        )
         after = counters(servers)
         acked = sum(per.values())
         phases.append(
