@@ -432,9 +432,17 @@ class Dispatcher:
             if match is not None and read:
                 table = table.filter(match.mask(table["attributes"]))
                 self._learn_pass_rate(table.num_rows, read)
-            for message in from_arrow(table):
+            if not ordering:  # every message read (and passed) goes, up to the demand
+                found = from_arrow(table.slice(0, wanted))
+                leased = planner.lease_new(
+                    [m.offset for m in found], [m.ordering_key or None for m in found]
+                )
+                claims.extend(zip(leased, found, strict=True))
+                if len(found) == wanted:
+                    end = found[-1].offset + 1
+            for message in from_arrow(table) if ordering else ():
                 key = message.ordering_key
-                if ordering and key and key in busy:
+                if key and key in busy:
                     planner.hold(message.offset, key)
                     continue
                 row = _new_row(schemas.KIND_MESSAGE, message.offset, key or None)

@@ -397,6 +397,26 @@ class Planner:
         self.changed[(kind, offset)] = leased
         return _new(Claim, (leased, _new(AckId, (self.policy.tag, kind, offset, delivery))))
 
+    def lease_new(self, offsets: list[int], ordering_keys: list[str | None]) -> list[Claim]:
+        """``lease`` for messages past the frontier (no row yet), in bulk: the rows
+        ``lease`` would make of new rows, without building those rows first."""
+        first = self.cursor.next_delivery
+        self.cursor.next_delivery = first + len(offsets)
+        deadline_us = (
+            self.now_us
+            + self.policy.ack_deadline_s * constants.US_PER_S
+            + self.policy.lease_slack_us
+        )
+        tag, kind, changed = self.policy.tag, schemas.KIND_MESSAGE, self.changed
+        claims = []
+        for delivery, offset, key in zip(
+            range(first, first + len(offsets)), offsets, ordering_keys, strict=True
+        ):
+            leased = _new(Row, (kind, offset, delivery, 1, LEASED, deadline_us, key, None))
+            changed[(kind, offset)] = leased
+            claims.append(_new(Claim, (leased, _new(AckId, (tag, kind, offset, delivery)))))
+        return claims
+
     def set_lease_deadline(self, key: Key, deadline_s: int, slack_us: int = 0) -> None:
         """Give a row leased by this plan a deadline of its own (``deadline_s`` from now,
         plus ``slack_us``)."""

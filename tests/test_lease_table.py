@@ -119,3 +119,22 @@ def test_two_writers_alternating_see_each_others_commits(lake: LakeSpec) -> None
                 theirs.rows,
             ), f"step {step}"
     assert sorted(k[1] for k in theirs.rows) == sorted(a.offset for a in outstanding)
+
+
+def test_bulk_lease_of_new_messages_equals_leasing_each(lake: LakeSpec) -> None:
+    """``Planner.lease_new`` (the dispatcher's path for messages past the frontier)
+    makes the same rows, ack ids and cursor as ``lease`` of a new row for each."""
+    _, table = new_table(lake)
+    lease_new(table, 3)  # delivery ids no longer start at 1
+    state = table.state()
+    policy = Policy(tag="t", ack_deadline_s=10, lease_slack_us=2_000_000)
+    one, bulk = Planner(state, policy, NOW_US), Planner(state, policy, NOW_US)
+    offsets, keys = [3, 4, 7], [None, "k", None]
+    each = [
+        one.lease(Row(schemas.KIND_MESSAGE, o, ordering_key=k))
+        for o, k in zip(offsets, keys, strict=True)
+    ]
+    assert bulk.lease_new(offsets, keys) == each
+    assert bulk.changed == one.changed
+    assert bulk.cursor == one.cursor
+    assert [str(c.ack_id) for c in each] == ["t-m3-4", "t-m4-5", "t-m7-6"]

@@ -72,14 +72,15 @@ class Streams:
         if seconds == 0:
             self.settled(ack_ids)
             return
-        self.settled([a for a in ack_ids if a in failures])
-        owners = set()
-        for ack_id in ack_ids:
-            stream = self._owner.get(ack_id)
-            if stream is not None and ack_id not in failures:
-                stream.extend(ack_id, seconds)
-                owners.add(stream)
+        if failures:
+            self.settled([a for a in ack_ids if a in failures])
+        until = time.monotonic() + seconds
+        owner_of = self._owner
+        owners = {owner_of.get(a) for a in ack_ids if a not in failures}
+        owners.discard(None)
         for stream in owners:
+            assert stream is not None
+            stream.extend(ack_ids, until)
             stream.lease_s = max(constants.MIN_ACK_DEADLINE_S, seconds)
 
     def closed(self, stream: Stream) -> None:
@@ -112,6 +113,9 @@ class Stream:
         # ack id -> (bytes, lease end on time.monotonic())
         self.out: dict[str, tuple[int, float]] = {}
         self.out_bytes = 0
+        # No delivery in ``out`` expires before this (a lower bound: leases only
+        # get longer), so ``room`` looks for expired ones only once it has passed.
+        self._soonest = float("inf")
         self.room_changed = asyncio.Event()
         self._write_lock = asyncio.Lock()
 
@@ -123,10 +127,14 @@ class Stream:
             self.out_bytes -= entry[0]
             self.room_changed.set()
 
-    def extend(self, ack_id: str, seconds: int) -> None:
-        entry = self.out.get(ack_id)
-        if entry is not None:
-            self.out[ack_id] = (entry[0], time.monotonic() + seconds)
+    def extend(self, ack_ids: list[str], until: float) -> None:
+        """Those of ``ack_ids`` this stream has out now last until ``until``."""
+        out = self.out
+        for ack_id in ack_ids:
+            entry = out.get(ack_id)
+            if entry is not None:
+                out[ack_id] = (entry[0], until)
+        self._soonest = min(self._soonest, until)
 
     def _lease_s(self) -> int:
         return self.lease_s or self.deadline_s
@@ -134,18 +142,17 @@ class Stream:
     def room(self) -> int:
         """How many messages the stream may be sent now (0: wait for acks)."""
         now = time.monotonic()
-        expired = [a for a, (_, until) in self.out.items() if until <= now]
-        if expired:
-            self.door.streams.settled(expired)
+        if now >= self._soonest:
+            expired = [a for a, (_, until) in self.out.items() if until <= now]
+            if expired:
+                self.door.streams.settled(expired)
+            self._soonest = min((until for _, until in self.out.values()), default=float("inf"))
         if self.max_bytes and self.out_bytes >= self.max_bytes:
             return 0
         return max(0, min(self.max_messages - len(self.out), STREAM_PULL_MESSAGES))
 
     def _next_expiry_s(self) -> float:
-        soonest = min((until for _, until in self.out.values()), default=None)
-        if soonest is None:
-            return ROOM_RECHECK_S
-        return max(0.01, min(ROOM_RECHECK_S, soonest - time.monotonic()))
+        return max(0.01, min(ROOM_RECHECK_S, self._soonest - time.monotonic()))
 
     # -- the stream ---------------------------------------------------------------------------
 
@@ -213,6 +220,7 @@ class Stream:
     def _record(self, received: list[ReceivedMessage]) -> None:
         """Deliveries take the stream's room from now until acked, nacked or expired."""
         until = time.monotonic() + self._lease_s()
+        self._soonest = min(self._soonest, until)
         for r in received:
             size = r.message.size if r.message is not None else 0
             self.out[r.ack_id] = (size, until)
