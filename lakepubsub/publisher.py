@@ -244,7 +244,7 @@ def _numbered(columns: pa.Table, head: int) -> pa.Table:
         {
             "offset": offsets,
             "message_id": offsets.cast(pa.string()),
-            "publish_time": pa.array([now_us] * n, pa.int64()).cast(schemas.UTC_US),
+            "publish_time": pa.array([now_us] * n, schemas.UTC_US),  # ints are microseconds
             "data": columns["data"],
             "attributes": columns["attributes"],
             "ordering_key": columns["ordering_key"],

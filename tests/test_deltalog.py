@@ -15,7 +15,7 @@ from deltalake.exceptions import CommitFailedError
 from support import LakeSpec
 
 from lakepubsub import errors, schemas
-from lakepubsub._lake import Lake, TableLog
+from lakepubsub._lake import Lake, TableLog, deltalog
 from lakepubsub._lake.deltalog import _ceil_ms
 
 UTC_US = pa.timestamp("us", tz="UTC")
@@ -199,3 +199,31 @@ def test_tables_with_features_the_writer_lacks_are_refused(tmp_path: Path) -> No
     append(log, rows(0, 1))
     with pytest.raises(errors.FailedPrecondition, match="append-only"):
         log.remove(next(iter(log.files)))
+
+
+@pytest.mark.parametrize("rows", [1, 3, 200])
+def test_file_statistics_are_the_same_below_and_above_the_small_table_cutoff(
+    rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Small files take their min/max in Python, large ones with pyarrow.compute:
+    both give the same statistics (integers, strings by UTF-8 order, timestamps
+    of two units, nulls)."""
+    keys = ["b", "\u00e9t\u00e9", None, "Z", "\U0001f600", "a"]
+    table = pa.table(
+        {
+            "offset": pa.array([(i * 7919) % 1000 - 500 for i in range(rows)], pa.int64()),
+            "key": pa.array([keys[i % len(keys)] for i in range(rows)], pa.string()),
+            "at": pa.array(
+                [1_764_000_000_000_000 + i * 1_337 for i in range(rows)], pa.int64()
+            ).cast(schemas.UTC_US),
+            "at_ns": pa.array(
+                [1_764_000_000_000_000_000 - i * 1_000 for i in range(rows)], pa.int64()
+            ).cast(pa.timestamp("ns", tz="UTC")),
+            "empty": pa.array([None] * rows, pa.string()),
+        }
+    )
+    small = deltalog._stats(table)
+    monkeypatch.setattr(deltalog, "SMALL_STATS_ROWS", -1)  # pyarrow.compute only
+    assert small == deltalog._stats(table)
+    assert small["numRecords"] == rows
+    assert small["minValues"]["offset"] == min(table["offset"].to_pylist())
