@@ -146,6 +146,11 @@ class MotoS3:
     def storage_options(self) -> dict[str, str]:
         return {"AWS_ENDPOINT_URL": self.endpoint, **S3_CREDENTIALS}
 
+    @property
+    def pid(self) -> int:
+        assert self._process is not None, "moto is not running"
+        return self._process.pid
+
     def __enter__(self) -> MotoS3:
         import boto3
 

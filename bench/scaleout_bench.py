@@ -22,7 +22,9 @@ Writes bench/results/scaleout.md (scaleout-s3.md with ``--s3``; ``-quick``
 with ``--quick``). This is the measurement behind issue 17 (scale-out): one
 topic is one Delta table; the servers peer, so one of them commits for it and
 the others hand it their clients' work (lakepubsub/peers.py). Also reported:
-the servers' CPU per message and the machine's busy share in each phase.
+the servers' CPU per message, with ``--s3`` moto's (the lake's) CPU per message,
+and the machine's busy share in each phase: on a machine whose cores the
+servers, the clients and moto share, those bound what more servers can add.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ class Phase:
     commits: int
     conflicts: int
     server_cpu_s: float  # summed over the servers
+    lake_cpu_s: float | None  # the moto S3 server's (``--s3``)
     busy: float  # share of the machine's CPU time in use during the phase
 
     @property
@@ -87,18 +90,28 @@ def servers_on_one_lake(count: int, s3: bool) -> Iterator[list[LakePubSubServer]
         yield [first, *others]
 
 
-def metered(servers: list[LakePubSubServer], run: Callable[[], T]) -> tuple[T, float, float]:
-    """``run()``, the servers' CPU seconds over it (bench/procstats.py), and the
-    share of the machine's CPU time in use meanwhile."""
+@dataclass(frozen=True)
+class Usage:
+    server_cpu_s: float
+    lake_cpu_s: float | None
+    busy: float
+
+
+def metered(servers: list[LakePubSubServer], run: Callable[[], T]) -> tuple[T, Usage]:
+    """``run()``, and over it the servers' and moto's CPU seconds (bench/procstats.py)
+    and the share of the machine's CPU time in use."""
+    moto = servers[0].moto
     with contextlib.ExitStack() as stack:
         meters = [stack.enter_context(ProcessMeter(server.pid)) for server in servers]
+        lake = stack.enter_context(ProcessMeter(moto.pid)) if moto is not None else None
         before = psutil.cpu_times()
         result = run()
         after = psutil.cpu_times()
     total = sum(after) - sum(before)
     idle = after.idle - before.idle + getattr(after, "iowait", 0.0) - getattr(before, "iowait", 0.0)
     busy = 1 - idle / total if total else 0.0
-    return result, sum(m.usage.cpu_s for m in meters), busy
+    lake_cpu_s = lake.usage.cpu_s if lake is not None else None
+    return result, Usage(sum(m.usage.cpu_s for m in meters), lake_cpu_s, busy)
 
 
 def counters(servers: list[LakePubSubServer]) -> tuple[int, int]:
@@ -177,7 +190,7 @@ def run_servers(n: int, clients: int, batch: int, seconds: float, s3: bool) -> l
         sub = lps._create_subscription(servers[0], topic, ack_deadline_s=60)
         phases = []
         before = counters(servers)
-        (wall, per), cpu, busy = metered(
+        (wall, per), use = metered(
             servers, lambda: timed(_publisher, urls, clients, (topic, batch, seconds))
         )
         after = counters(servers)
@@ -185,17 +198,19 @@ def run_servers(n: int, clients: int, batch: int, seconds: float, s3: bool) -> l
         lps._check_stored(servers[0], topic, published)  # nothing lost, nothing twice
         phases.append(
             Phase(n, "publish", published, wall, _shares(per, published),
-                  after[0] - before[0], after[1] - before[1], cpu, busy)
+                  after[0] - before[0], after[1] - before[1],
+                  use.server_cpu_s, use.lake_cpu_s, use.busy)
         )  # fmt: skip
         before = after
-        (wall, per), cpu, busy = metered(
+        (wall, per), use = metered(
             servers, lambda: timed(_consumer, urls, CONSUMERS, (sub, seconds))
         )
         after = counters(servers)
         acked = sum(per.values())
         phases.append(
             Phase(n, "pull + ack", acked, wall, _shares(per, acked),
-                  after[0] - before[0], after[1] - before[1], cpu, busy)
+                  after[0] - before[0], after[1] - before[1],
+                  use.server_cpu_s, use.lake_cpu_s, use.busy)
         )  # fmt: skip
         return phases
 
@@ -219,8 +234,12 @@ def report(phases: list[Phase], args: argparse.Namespace) -> str:
         f" {PULL_MAX} and ack. Every server, client and the lake share the machine's cores.",
         "",
         "| servers | phase | messages | msgs/s | vs 1 server | each server's share"
-        " | commits / 1M | conflicts / 1M | server CPU µs / msg | machine busy |",
-        "| ---: | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |",
+        " | commits / 1M | conflicts / 1M | server CPU µs / msg"
+        + (" | moto CPU µs / msg" if args.s3 else "")
+        + " | machine busy |",
+        "| ---: | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |"
+        + (" ---: |" if args.s3 else "")
+        + " ---: |",
     ]
     for p in phases:
         base = one.get(p.phase)
@@ -229,7 +248,13 @@ def report(phases: list[Phase], args: argparse.Namespace) -> str:
         lines.append(
             f"| {p.servers} | {p.phase} | {p.messages:,} | {p.rate:,.0f} | {ratio} | {shares} |"
             f" {p.per_million(p.commits):,.0f} | {p.per_million(p.conflicts):,.0f} |"
-            f" {p.server_cpu_s * 1e6 / max(p.messages, 1):,.1f} | {p.busy:.0%} |"
+            f" {p.server_cpu_s * 1e6 / max(p.messages, 1):,.1f} |"
+            + (
+                f" {p.lake_cpu_s * 1e6 / max(p.messages, 1):,.1f} |"
+                if p.lake_cpu_s is not None
+                else ""
+            )
+            + f" {p.busy:.0%} |"
         )
     return "\n".join(lines) + "\n"
 
