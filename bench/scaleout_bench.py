@@ -61,6 +61,13 @@ Results: TypeAlias = "Queue[tuple[str, str, int | str]]"
 
 
 @dataclass(frozen=True)
+class Usage:
+    server_cpu_s: float  # summed over the servers
+    lake_cpu_s: float | None  # the moto S3 server's (``--s3``)
+    busy: float  # share of the machine's CPU time in use during the phase
+
+
+@dataclass(frozen=True)
 class Phase:
     servers: int
     phase: str
@@ -69,9 +76,7 @@ class Phase:
     shares: tuple[float, ...]
     commits: int
     conflicts: int
-    server_cpu_s: float  # summed over the servers
-    lake_cpu_s: float | None  # the moto S3 server's (``--s3``)
-    busy: float  # share of the machine's CPU time in use during the phase
+    usage: Usage
 
     @property
     def rate(self) -> float:
@@ -88,13 +93,6 @@ def servers_on_one_lake(count: int, s3: bool) -> Iterator[list[LakePubSubServer]
         first = stack.enter_context(LakePubSubServer(s3=s3))
         others = [stack.enter_context(LakePubSubServer(joins=first)) for _ in range(count - 1)]
         yield [first, *others]
-
-
-@dataclass(frozen=True)
-class Usage:
-    server_cpu_s: float
-    lake_cpu_s: float | None
-    busy: float
 
 
 def metered(servers: list[LakePubSubServer], run: Callable[[], T]) -> tuple[T, Usage]:
@@ -198,8 +196,7 @@ def run_servers(n: int, clients: int, batch: int, seconds: float, s3: bool) -> l
         lps._check_stored(servers[0], topic, published)  # nothing lost, nothing twice
         phases.append(
             Phase(n, "publish", published, wall, _shares(per, published),
-                  after[0] - before[0], after[1] - before[1],
-                  use.server_cpu_s, use.lake_cpu_s, use.busy)
+                  after[0] - before[0], after[1] - before[1], use)
         )  # fmt: skip
         before = after
         (wall, per), use = metered(
@@ -209,8 +206,7 @@ def run_servers(n: int, clients: int, batch: int, seconds: float, s3: bool) -> l
         acked = sum(per.values())
         phases.append(
             Phase(n, "pull + ack", acked, wall, _shares(per, acked),
-                  after[0] - before[0], after[1] - before[1],
-                  use.server_cpu_s, use.lake_cpu_s, use.busy)
+                  after[0] - before[0], after[1] - before[1], use)
         )  # fmt: skip
         return phases
 
@@ -248,13 +244,13 @@ def report(phases: list[Phase], args: argparse.Namespace) -> str:
         lines.append(
             f"| {p.servers} | {p.phase} | {p.messages:,} | {p.rate:,.0f} | {ratio} | {shares} |"
             f" {p.per_million(p.commits):,.0f} | {p.per_million(p.conflicts):,.0f} |"
-            f" {p.server_cpu_s * 1e6 / max(p.messages, 1):,.1f} |"
+            f" {p.usage.server_cpu_s * 1e6 / max(p.messages, 1):,.1f} |"
             + (
-                f" {p.lake_cpu_s * 1e6 / max(p.messages, 1):,.1f} |"
-                if p.lake_cpu_s is not None
+                f" {p.usage.lake_cpu_s * 1e6 / max(p.messages, 1):,.1f} |"
+                if p.usage.lake_cpu_s is not None
                 else ""
             )
-            + f" {p.busy:.0%} |"
+            + f" {p.usage.busy:.0%} |"
         )
     return "\n".join(lines) + "\n"
 

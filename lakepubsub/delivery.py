@@ -29,7 +29,6 @@ from lakepubsub.filters import Filter
 from lakepubsub.lease_table import LeaseTable
 from lakepubsub.leases import (
     LEASE_SLACK_US,
-    WAITING,
     Claim,
     LeaseState,
     Planner,
@@ -432,24 +431,24 @@ class Dispatcher:
             if match is not None and read:
                 table = table.filter(match.mask(table["attributes"]))
                 self._learn_pass_rate(table.num_rows, read)
-            if not ordering:  # every message read (and passed) goes, up to the demand
-                found = from_arrow(table.slice(0, wanted))
-                leased = planner.lease_new(
-                    [m.offset for m in found], [m.ordering_key or None for m in found]
-                )
-                claims.extend(zip(leased, found, strict=True))
-                if len(found) == wanted:
-                    end = found[-1].offset + 1
-            for message in from_arrow(table) if ordering else ():
-                key = message.ordering_key
-                if key and key in busy:
-                    planner.hold(message.offset, key)
-                    continue
-                row = _new_row(schemas.KIND_MESSAGE, message.offset, key or None)
-                claims.append((planner.lease(row), message))
-                if len(claims) == demand:
-                    end = message.offset + 1
-                    break
+            if ordering:  # messages behind a busy key are held, the others go
+                taken = []
+                for message in from_arrow(table):
+                    key = message.ordering_key
+                    if key and key in busy:
+                        planner.hold(message.offset, key)
+                        continue
+                    taken.append(message)
+                    if len(taken) == wanted:
+                        break
+            else:  # every message read (and passed) goes, up to the demand
+                taken = from_arrow(table.slice(0, wanted))
+            leased = planner.lease_new(
+                [m.offset for m in taken], [m.ordering_key or None for m in taken]
+            )
+            claims.extend(zip(leased, taken, strict=True))
+            if len(taken) == wanted:
+                end = taken[-1].offset + 1
             planner.advance(end)
             scanned += end - start
             if scanned >= MAX_SCAN_PER_CYCLE:
@@ -525,11 +524,6 @@ def _apply_pull_deadlines(planner: Planner, claims: list[Claim], pulls: list[Pul
         if pull.ack_deadline_s is not None:
             for claim in share:
                 planner.set_lease_deadline(claim.row.key, pull.ack_deadline_s, LEASE_SLACK_US)
-
-
-def _new_row(kind: int, offset: int, ordering_key: str | None) -> Row:
-    """A row not yet delivered (faster than ``Row(...)``'s keyword handling)."""
-    return tuple.__new__(Row, (kind, offset, 0, 0, WAITING, 0, ordering_key, None))
 
 
 def _received(claim: Claim, item: Message | TruncationEvent) -> ReceivedMessage:

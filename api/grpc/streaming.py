@@ -76,10 +76,8 @@ class Streams:
             self.settled([a for a in ack_ids if a in failures])
         until = time.monotonic() + seconds
         owner_of = self._owner
-        owners = {owner_of.get(a) for a in ack_ids if a not in failures}
-        owners.discard(None)
+        owners = {s for a in ack_ids if a not in failures and (s := owner_of.get(a)) is not None}
         for stream in owners:
-            assert stream is not None
             stream.extend(ack_ids, until)
             stream.lease_s = max(constants.MIN_ACK_DEADLINE_S, seconds)
 
