@@ -15,7 +15,7 @@ from api import auth, docs, errors, models, schemas, snapshots, subscriptions, t
 from api.deps import EngineDep, json_response
 from api.grpc import GrpcDoor, oneport
 from api.middleware import Admission, LimitBody, Metrics
-from lakepubsub import Engine, Settings, push
+from lakepubsub import Engine, Settings, heap, push
 from lakepubsub.peers import Peering
 
 DESCRIPTION = """\
@@ -53,6 +53,8 @@ def create_app(engine: Engine | None = None, *, grpc: bool | None = None) -> Fas
             app.state.grpc = GrpcDoor(app.state)
             await run_in_threadpool(app.state.grpc.start)
             oneport.install(app.state.grpc)
+        if engine is None:  # a server process: its start-up heap is done
+            heap.settle(app.state.engine.settings.gc_young_threshold)
         try:
             yield
         finally:

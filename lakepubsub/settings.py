@@ -45,6 +45,8 @@ class Settings:
     worker_idle_exit_s: float = constants.WORKER_IDLE_EXIT_S
     max_inflight_requests: int = constants.MAX_INFLIGHT_REQUESTS
     max_inflight_body_bytes: int = constants.MAX_INFLIGHT_BODY_BYTES
+    # A server's young-generation GC threshold (lakepubsub.heap); 0: CPython's.
+    gc_young_threshold: int = constants.GC_YOUNG_THRESHOLD
     # The clock lease deadlines are measured against (tests drive it by hand).
     clock_us: Callable[[], int] = field(default=wall_clock_us, compare=False, repr=False)
 
@@ -73,6 +75,9 @@ class Settings:
             ),
             max_inflight_body_bytes=int(
                 env.get("LAKEPUBSUB_MAX_INFLIGHT_BODY_BYTES", constants.MAX_INFLIGHT_BODY_BYTES)
+            ),
+            gc_young_threshold=int(
+                env.get("LAKEPUBSUB_GC_YOUNG_THRESHOLD", constants.GC_YOUNG_THRESHOLD)
             ),
         )
         return replace(settings, **overrides)  # type: ignore[arg-type]

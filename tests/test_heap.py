@@ -1,0 +1,60 @@
+"""A server's GC settings (lakepubsub.heap), each case in a process of its own:
+freezing is process-wide."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from lakepubsub import constants
+from lakepubsub.settings import Settings
+
+_PROBE = """
+import gc, json, sys, weakref
+from lakepubsub import heap
+class Node:
+    pass
+before = gc.get_threshold()
+start_up = [Node() for _ in range(1000)]  # made before settle: frozen
+heap.settle(int(sys.argv[1]))
+frozen = gc.get_freeze_count()
+# A cycle made afterwards is still garbage the collector finds.
+a, b = Node(), Node()
+a.other, b.other = b, a
+gone = weakref.ref(a)
+del a, b
+gc.collect()
+print(json.dumps({"before": before, "after": gc.get_threshold(), "frozen": frozen,
+                  "cycle_collected": gone() is None, "start_up_alive": len(start_up)}))
+"""
+
+
+def _probe(threshold: int) -> dict[str, object]:
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE, str(threshold)], capture_output=True, text=True, check=True
+    ).stdout
+    result: dict[str, object] = json.loads(out)
+    return result
+
+
+def test_settle_freezes_start_up_and_raises_the_young_threshold() -> None:
+    result = _probe(50_000)
+    before = result["before"]
+    assert isinstance(before, list)
+    assert result["after"] == [50_000, before[1], before[2]]
+    frozen = result["frozen"]
+    assert isinstance(frozen, int) and frozen >= 1000  # at least the probe's own objects
+    assert result["cycle_collected"] is True
+    assert result["start_up_alive"] == 1000
+
+
+def test_zero_keeps_cpythons_threshold() -> None:
+    result = _probe(0)
+    assert result["after"] == result["before"]
+    assert result["cycle_collected"] is True
+
+
+def test_threshold_from_the_environment() -> None:
+    assert Settings.from_env({}).gc_young_threshold == constants.GC_YOUNG_THRESHOLD
+    assert Settings.from_env({"LAKEPUBSUB_GC_YOUNG_THRESHOLD": "0"}).gc_young_threshold == 0
