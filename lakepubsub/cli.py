@@ -177,14 +177,16 @@ def serve(
 def push_command(ctx: click.Context) -> None:
     """Run push delivery only, on the lake (``--lake``): add processes to scale out."""
     # [push integration, issue 7] every setting is read from LAKEPUBSUB_PUSH_*.
-    from lakepubsub import Engine, Settings
+    from lakepubsub import Engine, Settings, heap
     from lakepubsub.push import run_forever
 
     lake = ctx.ensure_object(dict)["lake"]
     _check_lake(lake)
     os.environ["LAKEPUBSUB_LAKE"] = lake
     click.echo(f"lakepubsub: push delivery for lake {lake}")
-    run_forever(Engine(Settings.from_env()))
+    engine = Engine(Settings.from_env())
+    heap.settle(engine.settings.gc_young_threshold)
+    run_forever(engine)
 
 
 # -- topics ------------------------------------------------------------------------------
