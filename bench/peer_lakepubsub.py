@@ -2,8 +2,9 @@
 
 Setup, the same for every case and run: a fresh server (``python -m uvicorn
 api.app:create_app --factory``, one process, on 127.0.0.1 and a port it picks
-itself) on a fresh lake in a temporary directory, or with ``s3=True`` in a
-bucket of a fresh moto S3 server subprocess; and a fresh topic and
+itself, with ``lakepubsub serve``'s keep-alive timeout) on a fresh lake in a
+temporary directory, or with ``s3=True`` in a bucket of a fresh moto S3 server
+subprocess; and a fresh topic and
 subscription (ack deadline from the workload) per run. Every client is its
 own process (one ``httpx.Client`` with keep-alive each), as the NATS side's
 clients are, and request bodies are built before the common start. Client
@@ -68,6 +69,7 @@ import orjson
 from bench import workload as w
 from bench.ports import free_port
 from bench.procstats import ProcessMeter, ProcessUsage
+from lakepubsub import constants
 
 SYSTEM = "lakepubsub"
 SYSTEM_S3 = "lakepubsub-s3"
@@ -271,6 +273,11 @@ class LakePubSubServer:
         command = [
             sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory",
             "--host", "127.0.0.1", "--port", "0", "--no-access-log", "--log-level", "info",
+            # As ``lakepubsub serve``: with uvicorn's default of 5 s, the idle
+            # expiry of httpx's pool too, a server closing an idle connection
+            # meets a client sending on it, and the client sees a reset (the
+            # latency case at 1,000 msgs/s failed so in 4 runs of 5).
+            "--timeout-keep-alive", str(constants.KEEP_ALIVE_S),
         ]  # fmt: skip
         if self.grpc:
             command = [
