@@ -43,7 +43,7 @@ from deltalake.transaction import AddAction
 from bench.ports import free_port, wait_for_port
 from jobs import compact, truncate
 from jobs.common import FileStats, JobContext
-from lakepubsub import Engine, Settings, schemas
+from lakepubsub import Engine, Settings, constants, schemas
 from lakepubsub.names import SubscriptionName, TopicName
 from lakepubsub.spark._stats import FileStats as SparkFileStats
 from lakepubsub.subscriptions import Subscription, TruncationPolicy
@@ -152,6 +152,7 @@ class Api:
             [
                 *(sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory"),
                 *("--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning"),
+                *("--timeout-keep-alive", str(constants.KEEP_ALIVE_S)),  # as lakepubsub serve
             ],
             env=env,
         )

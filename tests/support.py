@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import httpx
 
 from bench.ports import free_port, wait_for_port
-from lakepubsub import Settings
+from lakepubsub import Settings, constants
 
 S3_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -84,6 +84,7 @@ def start_server(lake: LakeSpec, *, extra_env: dict[str, str] | None = None) -> 
             [
                 sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory",
                 "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
+                "--timeout-keep-alive", str(constants.KEEP_ALIVE_S),  # as lakepubsub serve
             ],
             env=env,
         )  # fmt: skip

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 
 from bench.ports import free_port, wait_for_port
+from lakepubsub import constants
 
 REPO = Path(__file__).resolve().parents[2]
 S3_CREDENTIALS = {
@@ -110,6 +111,7 @@ class ApiServer:
                 [
                     sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory",
                     "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning",
+                    "--timeout-keep-alive", str(constants.KEEP_ALIVE_S),  # as lakepubsub serve
                 ],
                 env=env,
                 cwd=REPO,
