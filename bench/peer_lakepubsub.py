@@ -4,12 +4,12 @@ Setup, the same for every case and run: a fresh server (``python -m uvicorn
 api.app:create_app --factory``, one process, on 127.0.0.1 and a port it picks
 itself, with ``lakepubsub serve``'s keep-alive timeout) on a fresh lake in a
 temporary directory, or with ``s3=True`` in a bucket of a fresh moto S3 server
-subprocess; and a fresh topic and
-subscription (ack deadline from the workload) per run. Every client is its
-own process (one ``httpx.Client`` with keep-alive each), as the NATS side's
-clients are, and request bodies are built before the common start. Client
-processes are forked from a clean forkserver that has this module imported:
-starting eight takes a fraction of a second instead of seconds.
+subprocess; and a fresh topic and subscription (ack deadline from the workload)
+per run. Every client is its own process (one ``httpx.Client`` with keep-alive
+each), as the NATS side's clients are, and request bodies are built before the
+common start. Client processes are forked from a clean forkserver that has
+this module imported: starting eight takes a fraction of a second instead of
+seconds.
 
 How the workload maps onto Pub/Sub REST:
 

@@ -129,11 +129,6 @@ PULL_POLL_INTERVAL_S = 0.1
 # At ~1 ms of server CPU per request, 512 queued requests are ~0.5 s of work.
 MAX_INFLIGHT_REQUESTS = 512
 MAX_INFLIGHT_BODY_BYTES = 256 * 1024 * 1024
-
-# A server collects its young GC generation after this many allocations (not
-# CPython's 700; lakepubsub.heap): a pull of 5,000 messages allocates ~30,000
-# objects, nearly all freed by reference counting before a collection sees them.
-GC_YOUNG_THRESHOLD = 50_000
 # Requests that wait to be read (in the kernel, behind a busy event loop) are
 # not in flight yet; the event loop's lag shows them: probed every
 # LOOP_LAG_PROBE_S, a lag past MAX_LOOP_LAG_S refuses requests the same way.
@@ -150,6 +145,11 @@ MAX_CONCURRENT_RPCS = 2048
 # of common clients' pools (httpx and aiohttp 5 s, Go 90 s is the exception),
 # so a client never sends on a connection the server is closing.
 KEEP_ALIVE_S = 75
+
+# A server collects its young GC generation after this many allocations (not
+# CPython's 700; lakepubsub.heap): a pull of 5,000 messages allocates ~30,000
+# objects, nearly all freed by reference counting before a collection sees them.
+GC_YOUNG_THRESHOLD = 50_000
 
 # Closing an engine waits this long for each dispatcher's cycle in progress.
 CLOSE_WAIT_S = 30.0
