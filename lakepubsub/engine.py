@@ -180,9 +180,10 @@ class Engine:
             batch = self.schemas.conform(self._view(False), name, settings, batch)
         return self._publisher(entry.uid).submit(batch)
 
-    def publish_needs_no_io(self) -> bool:
-        """Whether ``publish_batch_future`` would find topics in the cached catalog
-        without reading storage (an event loop may then call it inline)."""
+    def lookups_need_no_io(self) -> bool:
+        """Whether the ``*_future`` entry points (publish, pull, acknowledge, deadline
+        changes) would find topics and subscriptions in the cached catalog without
+        reading storage: an event loop may then call them inline."""
         return self.catalog.is_fresh(self.settings.catalog_max_staleness_s)
 
     def publish(self, name: TopicName, messages: Sequence[PublishMessage]) -> list[str]:

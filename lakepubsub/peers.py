@@ -462,7 +462,7 @@ class _Handlers(grpc.GenericRpcHandler):
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, "not this peer")
         try:
             engine = self._peering._engine
-            if engine.publish_needs_no_io():
+            if engine.lookups_need_no_io():
                 future = work()
             else:  # the catalog must be read first: not on this loop
                 future = await asyncio.to_thread(work)

@@ -148,7 +148,7 @@ async def publish(door: GrpcDoor, request: Any, call: Call) -> Message:
         [msg.ordering_key or None for msg in messages],
     )
     engine = door.engine
-    if engine.publish_needs_no_io():
+    if engine.lookups_need_no_io():
         future = engine.publish_batch_future(name, batch)
     else:
         future = await asyncio.to_thread(engine.publish_batch_future, name, batch)

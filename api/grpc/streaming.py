@@ -209,7 +209,7 @@ class Stream:
         engine = self.door.engine
         future: Future[list[ReceivedMessage]]
         kwargs: dict[str, Any] = {"max_messages": room, "ack_deadline_s": self._lease_s()}
-        if engine.publish_needs_no_io():  # the catalog is cached: no storage read here
+        if engine.lookups_need_no_io():  # the catalog is cached: no storage read here
             future = engine.pull_future(self.name, **kwargs)
         else:
             future = await asyncio.to_thread(engine.pull_future, self.name, **kwargs)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import base64
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+from pybase64 import b64encode_as_string  # SIMD base64 (see api/convert.py)
 
 import lakepubsub
 from lakepubsub.messages import ReceivedMessage, TruncationEvent
@@ -104,7 +104,7 @@ def _wrapped(sub: Subscription, received: ReceivedMessage) -> PushRequest:
         message_id = msg.message_id
         published = format_time_us(msg.publish_time_us)
         message = {
-            "data": base64.b64encode(msg.data).decode(),
+            "data": b64encode_as_string(msg.data),
             "messageId": message_id,
             "message_id": message_id,
             "publishTime": published,
