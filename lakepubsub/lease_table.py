@@ -2,13 +2,13 @@
 
 A commit is copy-on-write by file, as a MERGE would be, but written directly
 (``TableLog``): the cursor row lives in a file of its own, rewritten by every
-commit; rows a plan changed go to one new file, together with the unchanged
-rows of the files they replace. A pull that leases 1,000 new messages writes
-those 1,000 rows and the cursor; the ack that deletes them writes only the
-cursor. When the table would hold more than ``MAX_FILES`` files, a commit
-also folds the smallest ones into its new file. The commit is a strict
-compare-and-swap on the version: a plan made on a state that another writer
-has moved on fails and is redone.
+commit that changes it; rows a plan changed go to one new file, together with
+the unchanged rows of the files they replace. A pull that leases 1,000 new
+messages writes those 1,000 rows and the cursor; the ack that deletes them
+writes no data file at all, only the commit that removes their file. When the
+table would hold more than ``MAX_FILES`` files, a commit also folds the smallest
+ones into its new file. The commit is a strict compare-and-swap on the version:
+a plan made on a state that another writer has moved on fails and is redone.
 """
 
 from __future__ import annotations
@@ -79,7 +79,11 @@ class LeaseTable:
         started = time.perf_counter()
         result = planner.result_state(log.version)
         changed = set(planner.changed)
-        touched = {self._file_of[k] for k in changed | {CURSOR_KEY} if k in self._file_of}
+        cursor_file = self._file_of.get(CURSOR_KEY)
+        rewrite_cursor = planner.cursor_changed or cursor_file is None
+        touched = {self._file_of[k] for k in changed if k in self._file_of}
+        if rewrite_cursor and cursor_file is not None:
+            touched.add(cursor_file)
         if len(log.files) - len(touched) + 2 > MAX_FILES:
             smallest = sorted(
                 (p for p in log.files if p not in touched),
@@ -92,9 +96,14 @@ class LeaseTable:
         live = result.rows
         keys = sorted(k for k in (carried | changed) - {CURSOR_KEY} if k in live)
         rows = [live[k] for k in keys]
-        adds = [log.write_file(to_arrow([], result.cursor))]
-        if rows:
-            adds.append(log.write_file(to_arrow(rows, None)))
+        # A file holding the cursor row that goes must be replaced, and a commit
+        # must change something; otherwise an unchanged cursor stays where it is
+        # (an ack that deletes a file's rows commits only the file's removal).
+        rewrite_cursor = rewrite_cursor or CURSOR_KEY in carried or not (touched or rows)
+        cursor = result.cursor if rewrite_cursor else self._state.cursor
+        cursor_add = log.write_file(to_arrow([], cursor)) if rewrite_cursor else None
+        rows_add = log.write_file(to_arrow(rows, None)) if rows else None
+        adds = [a for a in (cursor_add, rows_add) if a is not None]
         version = log.commit(
             [*adds, *(log.remove(p) for p in sorted(touched))],
             operation="MERGE",
@@ -103,13 +112,17 @@ class LeaseTable:
         )
         metrics.COMMITS.labels("leases").inc()
         metrics.COMMIT_SECONDS.labels("leases").observe(time.perf_counter() - started)
-        metrics.ROWS_PER_COMMIT.labels("leases").observe(len(rows) + 1)
-        self._track(touched, adds, keys)
-        self._state = LeaseState(version, result.cursor, result.rows)
+        metrics.ROWS_PER_COMMIT.labels("leases").observe(len(rows) + int(rewrite_cursor))
+        self._track(touched, cursor_add, rows_add, keys)
+        self._state = LeaseState(version, cursor, result.rows)
         return self._state
 
     def _track(
-        self, removed: set[str], adds: list[dict[str, dict[str, str]]], keys: list[Key]
+        self,
+        removed: set[str],
+        cursor_add: dict[str, dict[str, str]] | None,
+        rows_add: dict[str, dict[str, str]] | None,
+        keys: list[Key],
     ) -> None:
         written = set(keys)
         for path in removed:
@@ -117,10 +130,11 @@ class LeaseTable:
             for key in self._keys_in.pop(path, set()) - written:
                 if self._file_of.get(key) == path:
                     del self._file_of[key]
-        cursor_path = adds[0]["add"]["path"]
-        self._keys_in[cursor_path] = {CURSOR_KEY}
-        self._file_of[CURSOR_KEY] = cursor_path
-        if len(adds) > 1:
-            path = adds[1]["add"]["path"]
+        if cursor_add is not None:
+            cursor_path = cursor_add["add"]["path"]
+            self._keys_in[cursor_path] = {CURSOR_KEY}
+            self._file_of[CURSOR_KEY] = cursor_path
+        if rows_add is not None:
+            path = rows_add["add"]["path"]
             self._keys_in[path] = written
             self._file_of.update(dict.fromkeys(keys, path))

@@ -439,11 +439,17 @@ class Planner:
     @property
     def dirty(self) -> bool:
         """Whether there is anything to commit (activity time alone is not worth one)."""
+        return bool(self.changed) or self.cursor_changed
+
+    @property
+    def cursor_changed(self) -> bool:
+        """Whether the cursor row is worth rewriting: a field other than the activity
+        time moved, or the stored activity time is older than its resolution."""
         before = replace(self.state.cursor, active_us=self.cursor.active_us)
         stale = self.now_us - self.state.cursor.active_us > (
             constants.ACTIVITY_RESOLUTION_S * constants.US_PER_S
         )
-        return bool(self.changed) or before != self.cursor or stale
+        return before != self.cursor or stale
 
     def result_state(self, version: int) -> LeaseState:
         return LeaseState(version, self.cursor, self._rows())

@@ -12,6 +12,7 @@ from support import LakeSpec
 from lakepubsub import schemas
 from lakepubsub._lake import Lake
 from lakepubsub.ackids import AckId
+from lakepubsub.constants import ACTIVITY_RESOLUTION_S, US_PER_S
 from lakepubsub.lease_table import MAX_FILES, LeaseTable
 from lakepubsub.leases import LeaseState, Planner, Policy, Row, initial_rows
 
@@ -52,13 +53,43 @@ def test_pull_then_ack_rewrites_only_what_changed(lake: LakeSpec) -> None:
     ids = lease_new(table, 1000)
     # the cursor in a file of its own, the 1,000 new leases in another
     assert sorted(f.rows for f in table._log.files.values()) == [1, 1000]
+    cursor_file = next(p for p, f in table._log.files.items() if f.rows == 1)
     ack(table, ids)
-    # the ack deleted every row of the leases' file: only the cursor is written
-    assert [f.rows for f in table._log.files.values()] == [1]
+    # the ack deleted every row of the leases' file and left the cursor as it was:
+    # the commit removes the file and writes none
+    assert list(table._log.files) == [cursor_file]
     state = stored(lake_, lake)
     assert state.rows == {}
     assert state.cursor.frontier == 1000
     assert state.cursor.next_delivery == 1001
+
+
+def test_the_cursor_is_rewritten_only_when_it_changes(lake: LakeSpec) -> None:
+    lake_, table = new_table(lake)
+    ids = lease_new(table, 10)
+    cursor_file = next(p for p, f in table._log.files.items() if f.rows == 1)
+
+    def ack_at(now_us: int, done: list[AckId]) -> None:
+        planner = Planner(table.state(), POLICY, now_us)
+        planner.acknowledge(done)
+        table.commit(planner)
+
+    # a partial ack a minute later: the other leases are rewritten, the cursor is not
+    # (its activity time is kept to ACTIVITY_RESOLUTION_S)
+    ack_at(NOW_US + 60 * US_PER_S, ids[:4])
+    assert cursor_file in table._log.files
+    assert sorted(f.rows for f in table._log.files.values()) == [1, 6]
+    assert table.state().cursor.active_us == NOW_US
+    # hours later the activity time is stale: this ack rewrites the cursor too
+    later_us = NOW_US + (ACTIVITY_RESOLUTION_S + 1) * US_PER_S
+    ack_at(later_us, ids[4:6])
+    assert cursor_file not in table._log.files
+    assert table.state().cursor.active_us == later_us
+    # what this process holds is what any reader of the table sees
+    theirs = stored(lake_, lake)
+    assert table.state().cursor == theirs.cursor
+    assert table.state().rows == theirs.rows
+    assert len(theirs.rows) == 4
 
 
 def test_state_matches_what_delta_rs_reads_after_random_plans(lake: LakeSpec) -> None:
