@@ -9,8 +9,8 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-# pybase64: SIMD base64, about 5x the standard library's on 1 KiB payloads, which were
-# a tenth of the CPU of a REST publish; same alphabet, padding and validation rules.
+# pybase64: SIMD base64 (1 KiB: 0.5 against binascii's 2.8 us to decode, 0.2 against
+# 1.2 to encode); the same alphabet, padding and validation rules.
 from pybase64 import b64decode, b64encode_as_string
 
 from api import models as m

@@ -79,6 +79,9 @@ class LeaseTable:
         started = time.perf_counter()
         result = planner.result_state(log.version)
         changed = set(planner.changed)
+        live = result.rows
+        # An unchanged cursor stays in its file: an ack that deletes a file's rows
+        # commits only the file's removal.
         cursor_file = self._file_of.get(CURSOR_KEY)
         rewrite_cursor = planner.cursor_changed or cursor_file is None
         touched = {self._file_of[k] for k in changed if k in self._file_of}
@@ -90,16 +93,20 @@ class LeaseTable:
                 key=lambda p: len(self._keys_in.get(p, ())),
             )
             touched |= set(smallest[: len(log.files) - len(touched) + 2 - MAX_FILES // 2])
+        if not touched and not any(k in live for k in changed):
+            # Nothing stored changes (rows made and dropped within the plan), but a
+            # commit must carry an action: it rewrites the cursor.
+            rewrite_cursor = True
+            if cursor_file is not None:
+                touched.add(cursor_file)
+        # A file that goes takes the cursor row with it, should it hold it (folded, or
+        # compacted with rows by another writer): the cursor is written anew.
+        rewrite_cursor = rewrite_cursor or cursor_file in touched
         carried = set().union(*(self._keys_in.get(p, ()) for p in touched)) if touched else set()
         # Keys are (kind, offset) tuples: sorting them is a C comparison, where
         # sorting the rows by a key function costs a Python call per row.
-        live = result.rows
         keys = sorted(k for k in (carried | changed) - {CURSOR_KEY} if k in live)
         rows = [live[k] for k in keys]
-        # A file holding the cursor row that goes must be replaced, and a commit
-        # must change something; otherwise an unchanged cursor stays where it is
-        # (an ack that deletes a file's rows commits only the file's removal).
-        rewrite_cursor = rewrite_cursor or CURSOR_KEY in carried or not (touched or rows)
         cursor = result.cursor if rewrite_cursor else self._state.cursor
         cursor_add = log.write_file(to_arrow([], cursor)) if rewrite_cursor else None
         rows_add = log.write_file(to_arrow(rows, None)) if rows else None

@@ -92,6 +92,26 @@ def test_the_cursor_is_rewritten_only_when_it_changes(lake: LakeSpec) -> None:
     assert len(theirs.rows) == 4
 
 
+def test_a_plan_that_changes_nothing_stored_still_commits_one_cursor(lake: LakeSpec) -> None:
+    lake_, table = new_table(lake)
+    lease_new(table, 3)
+    planner = Planner(table.state(), POLICY, NOW_US)
+    planner.hold(7, "k")  # a row made and dropped within the plan
+    planner.drop((schemas.KIND_MESSAGE, 7))
+    assert planner.dirty and not planner.cursor_changed
+    version = table.version
+    table.commit(planner)
+    assert table.version == version + 1
+    rows = DeltaTable(
+        lake_.leases_uri("sub"), storage_options=lake.storage_options or None
+    ).to_pyarrow_table()
+    assert rows["kind"].to_pylist().count(schemas.KIND_CURSOR) == 1
+    theirs = stored(lake_, lake)
+    assert table.state().cursor == theirs.cursor
+    assert table.state().rows == theirs.rows
+    assert len(theirs.rows) == 3
+
+
 def test_state_matches_what_delta_rs_reads_after_random_plans(lake: LakeSpec) -> None:
     lake_, table = new_table(lake)
     rng = random.Random(3)
