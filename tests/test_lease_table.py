@@ -37,15 +37,28 @@ def lease_new(table: LeaseTable, n: int) -> list[AckId]:
     return [c.ack_id for c in claims]
 
 
-def ack(table: LeaseTable, ack_ids: list[AckId]) -> None:
-    planner = Planner(table.state(), POLICY, NOW_US)
+def ack(table: LeaseTable, ack_ids: list[AckId], now_us: int = NOW_US) -> None:
+    planner = Planner(table.state(), POLICY, now_us)
     planner.acknowledge(ack_ids)
     table.commit(planner)
 
 
+def delta_table(lake: Lake, spec: LakeSpec) -> DeltaTable:
+    return DeltaTable(lake.leases_uri("sub"), storage_options=spec.storage_options or None)
+
+
 def stored(lake: Lake, spec: LakeSpec) -> LeaseState:
-    delta = DeltaTable(lake.leases_uri("sub"), storage_options=spec.storage_options or None)
+    delta = delta_table(lake, spec)
     return LeaseState.from_arrow(delta.to_pyarrow_table(), delta.version())
+
+
+def matches_stored(table: LeaseTable, lake: Lake, spec: LakeSpec) -> LeaseState:
+    """What delta-rs reads of the table, asserted equal to this process's state."""
+    ours, theirs = table.state(), stored(lake, spec)
+    assert ours.version == theirs.version
+    assert ours.cursor == theirs.cursor
+    assert ours.rows == theirs.rows
+    return theirs
 
 
 def test_pull_then_ack_rewrites_only_what_changed(lake: LakeSpec) -> None:
@@ -68,28 +81,19 @@ def test_the_cursor_is_rewritten_only_when_it_changes(lake: LakeSpec) -> None:
     lake_, table = new_table(lake)
     ids = lease_new(table, 10)
     cursor_file = next(p for p, f in table._log.files.items() if f.rows == 1)
-
-    def ack_at(now_us: int, done: list[AckId]) -> None:
-        planner = Planner(table.state(), POLICY, now_us)
-        planner.acknowledge(done)
-        table.commit(planner)
-
     # a partial ack a minute later: the other leases are rewritten, the cursor is not
     # (its activity time is kept to ACTIVITY_RESOLUTION_S)
-    ack_at(NOW_US + 60 * US_PER_S, ids[:4])
+    ack(table, ids[:4], NOW_US + 60 * US_PER_S)
     assert cursor_file in table._log.files
     assert sorted(f.rows for f in table._log.files.values()) == [1, 6]
     assert table.state().cursor.active_us == NOW_US
     # hours later the activity time is stale: this ack rewrites the cursor too
     later_us = NOW_US + (ACTIVITY_RESOLUTION_S + 1) * US_PER_S
-    ack_at(later_us, ids[4:6])
+    ack(table, ids[4:6], later_us)
     assert cursor_file not in table._log.files
     assert table.state().cursor.active_us == later_us
     # what this process holds is what any reader of the table sees
-    theirs = stored(lake_, lake)
-    assert table.state().cursor == theirs.cursor
-    assert table.state().rows == theirs.rows
-    assert len(theirs.rows) == 4
+    assert len(matches_stored(table, lake_, lake).rows) == 4
 
 
 def test_a_plan_that_changes_nothing_stored_still_commits_one_cursor(lake: LakeSpec) -> None:
@@ -102,14 +106,9 @@ def test_a_plan_that_changes_nothing_stored_still_commits_one_cursor(lake: LakeS
     version = table.version
     table.commit(planner)
     assert table.version == version + 1
-    rows = DeltaTable(
-        lake_.leases_uri("sub"), storage_options=lake.storage_options or None
-    ).to_pyarrow_table()
+    rows = delta_table(lake_, lake).to_pyarrow_table()
     assert rows["kind"].to_pylist().count(schemas.KIND_CURSOR) == 1
-    theirs = stored(lake_, lake)
-    assert table.state().cursor == theirs.cursor
-    assert table.state().rows == theirs.rows
-    assert len(theirs.rows) == 3
+    assert len(matches_stored(table, lake_, lake).rows) == 3
 
 
 def test_state_matches_what_delta_rs_reads_after_random_plans(lake: LakeSpec) -> None:
@@ -124,11 +123,8 @@ def test_state_matches_what_delta_rs_reads_after_random_plans(lake: LakeSpec) ->
         else:
             outstanding += lease_new(table, rng.randint(1, 50))
         assert len(table._log.files) <= MAX_FILES
+    matches_stored(table, lake_, lake)
     ours = table.state()
-    theirs = stored(lake_, lake)
-    assert ours.version == theirs.version
-    assert ours.cursor == theirs.cursor
-    assert ours.rows == theirs.rows
     fresh = LeaseTable(lake_, "sub").state()
     assert fresh.rows == ours.rows and fresh.cursor == ours.cursor
 
