@@ -11,7 +11,9 @@ from starlette.responses import Response
 from lakepubsub import Engine
 
 
-def get_engine(request: Request) -> Engine:
+async def get_engine(request: Request) -> Engine:
+    # async: FastAPI runs a plain def dependency on a worker thread, a thread hop per
+    # request for a field read.
     engine: Engine = request.app.state.engine
     return engine
 

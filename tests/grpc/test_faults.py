@@ -115,9 +115,7 @@ def test_server_killed_with_streams_open(local: LakeSpec, tmp_path: Path, names:
             second = start_serve(local, tmp_path, port=port)
             try:
                 ids += _publish(second.host, topic, 100, "b")
-                assert wait_until(lambda: set(ledger.acked) >= set(ids), 120), ledger.missing(
-                    ids
-                )
+                assert wait_until(lambda: set(ledger.acked) >= set(ids), 120), ledger.missing(ids)
             finally:
                 future.cancel()
                 future.result(timeout=30)
