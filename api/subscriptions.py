@@ -21,6 +21,8 @@ from lakepubsub.names import SnapshotName, SubscriptionName
 T = TypeVar("T")
 
 router = APIRouter(prefix="/v1/projects/{project}", tags=["subscriptions"])
+# Pull, acknowledge, modifyAckDeadline and nack, on a router the app tries first (api/app.py).
+messaging = APIRouter(prefix="/v1/projects/{project}", tags=["subscriptions"])
 
 PageSize = Annotated[int, Query(alias="pageSize", ge=0)]
 PageToken = Annotated[str, Query(alias="pageToken")]
@@ -98,7 +100,7 @@ def start_pull(
     return future, engine.get_subscription(name, fresh=False).reports_delivery_attempts
 
 
-@router.post("/subscriptions/{subscription}:pull", response_model=m.PullResponse, name="pull")
+@messaging.post("/subscriptions/{subscription}:pull", response_model=m.PullResponse, name="pull")
 async def pull(project: str, subscription: str, body: m.PullRequest, engine: EngineDep) -> Response:
     """Lease messages. Waits (long poll) for new ones unless ``returnImmediately``."""
     name = SubscriptionName(project, subscription)
@@ -120,7 +122,7 @@ def _ack_failures(failures: dict[str, str]) -> None:
         raise error
 
 
-@router.post(
+@messaging.post(
     "/subscriptions/{subscription}:acknowledge", response_model=m.Empty, name="acknowledge"
 )
 async def acknowledge(
@@ -132,7 +134,7 @@ async def acknowledge(
     return json_response({})
 
 
-@router.post(
+@messaging.post(
     "/subscriptions/{subscription}:modifyAckDeadline",
     response_model=m.Empty,
     name="modify_ack_deadline",
@@ -148,7 +150,7 @@ async def modify_ack_deadline(
     return json_response({})
 
 
-@router.post("/subscriptions/{subscription}:nack", response_model=m.Empty, name="nack")
+@messaging.post("/subscriptions/{subscription}:nack", response_model=m.Empty, name="nack")
 async def nack(
     project: str, subscription: str, body: m.AcknowledgeRequest, engine: EngineDep
 ) -> Response:

@@ -17,6 +17,8 @@ from lakepubsub import Engine, errors
 from lakepubsub.names import TopicName
 
 router = APIRouter(prefix="/v1/projects/{project}", tags=["topics"])
+# Publish, on its own router that the app tries first (api/app.py).
+messaging = APIRouter(prefix="/v1/projects/{project}", tags=["topics"])
 
 # Publish bodies up to this size are decoded on the event loop when the topic
 # can be looked up without a storage read. Decoding holds the GIL either way, so a
@@ -97,7 +99,7 @@ def _submit_publish(engine: Engine, name: TopicName, raw: bytes) -> Any:
     return engine.publish_batch_future(name, convert.publish_batch(decoded))
 
 
-@router.post(
+@messaging.post(
     "/topics/{topic}:publish",
     response_model=m.PublishResponse,
     name="publish",
