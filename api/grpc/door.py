@@ -204,28 +204,35 @@ def parse(request_type: type[M], raw: bytes) -> M:
 
 def _unknown_field(message: Message, at: str) -> str | None:
     """Where ``message`` or a message inside it holds a field its type does not have."""
+    found = _find_unknown(message)
+    if found is None:
+        return None
+    path, holder, number = found
+    return (
+        f"Invalid request: unknown field number {number} in "
+        f"{holder.DESCRIPTOR.full_name} at '{at}{path}'"
+    )
+
+
+def _find_unknown(message: Message) -> tuple[str, Message, int] | None:
+    """The path to the first unknown field under ``message``, its holder and number.
+    The path is built only when one is found: a publish request holds up to 1,000
+    messages, each checked."""
     found = UnknownFieldSet(message)
     if len(found):
-        number = next(iter(found)).field_number
-        return (
-            f"Invalid request: unknown field number {number} in "
-            f"{message.DESCRIPTOR.full_name} at '{at}'"
-        )
+        return "", message, next(iter(found)).field_number
     for name, kind in _nested_fields(message.DESCRIPTOR):
         if kind == _SINGULAR:
-            if not message.HasField(name):
-                continue
-            values: Any = [getattr(message, name)]
-        else:
-            values = getattr(message, name)
-            if kind == _MAP:
-                values = values.values()
-        for i, value in enumerate(values):
-            unknown = _unknown_field(
-                value, f"{at}.{name}" if kind == _SINGULAR else f"{at}.{name}[{i}]"
-            )
-            if unknown is not None:
-                return unknown
+            if message.HasField(name):
+                hit = _find_unknown(getattr(message, name))
+                if hit is not None:
+                    return f".{name}{hit[0]}", hit[1], hit[2]
+            continue
+        values = getattr(message, name)
+        for i, value in enumerate(values.values() if kind == _MAP else values):
+            hit = _find_unknown(value)
+            if hit is not None:
+                return f".{name}[{i}]{hit[0]}", hit[1], hit[2]
     return None
 
 

@@ -144,7 +144,9 @@ async def publish(door: GrpcDoor, request: Any, call: Call) -> Message:
     messages = request.messages
     batch = batches.checked(
         [msg.data for msg in messages],
-        [list(msg.attributes.items()) or None for msg in messages],
+        # The truth test first: items() of a protobuf map goes through Python's
+        # Mapping views, 0.5 us a message even when it is empty.
+        [list(msg.attributes.items()) if msg.attributes else None for msg in messages],
         [msg.ordering_key or None for msg in messages],
     )
     engine = door.engine
