@@ -730,12 +730,20 @@ def _taken(view: cat.View, entry: cat.Entry) -> bool:
 
 
 def _topic(entry: cat.Entry) -> Topic:
+    return entry.parsed(_parse_topic)
+
+
+def _subscription(entry: cat.Entry) -> Subscription:
+    return entry.parsed(_parse_subscription)
+
+
+def _parse_topic(entry: cat.Entry) -> Topic:
     return Topic.from_spec(
         TopicName(entry.project, entry.name), entry.uid, entry.created_us, entry.spec
     )
 
 
-def _subscription(entry: cat.Entry) -> Subscription:
+def _parse_subscription(entry: cat.Entry) -> Subscription:
     return Subscription.from_spec(
         SubscriptionName(entry.project, entry.name),
         entry.uid,
