@@ -22,7 +22,7 @@ from deltalake.exceptions import CommitFailedError
 
 from lakepubsub import constants, errors, metrics, retry, schemas
 from lakepubsub._lake import Lake
-from lakepubsub.batches import Batch
+from lakepubsub.batches import Batch, combined
 from lakepubsub.peers import Unreachable
 from lakepubsub.settings import Settings
 from lakepubsub.topic_table import MessagesTable
@@ -54,8 +54,7 @@ MAX_HANDED_OVER_SLOW = 4
 
 @dataclass
 class _Request:
-    columns: pa.Table
-    size: int
+    batch: Batch
     future: Future[list[str]]
     forwarded: bool = False  # sent by another process: commit here, never pass on
     here: bool = False  # the owner could not be reached: commit here
@@ -90,7 +89,7 @@ class TopicPublisher:
     def submit(self, batch: Batch, *, forwarded: bool = False) -> Future[list[str]]:
         """Queue a checked batch; the future resolves to its message ids once committed.
         A ``forwarded`` batch (another process's group) is committed by this process."""
-        request = _Request(batch.columns, batch.size, Future(), forwarded)
+        request = _Request(batch, Future(), forwarded)
         with self._cond:
             if self._closed:
                 raise errors.Unavailable("the publisher is shutting down")
@@ -135,18 +134,18 @@ class TopicPublisher:
         while self._queue:
             nxt = self._queue[0]
             if group and (
-                rows + nxt.columns.num_rows > MAX_ROWS_PER_COMMIT
-                or size + nxt.size > MAX_BYTES_PER_COMMIT
+                rows + nxt.batch.count > MAX_ROWS_PER_COMMIT
+                or size + nxt.batch.size > MAX_BYTES_PER_COMMIT
             ):
                 break
             group.append(self._queue.pop(0))
-            rows += nxt.columns.num_rows
-            size += nxt.size
+            rows += nxt.batch.count
+            size += nxt.batch.size
         return group
 
     def _commit(self, group: list[_Request]) -> None:
         try:
-            columns = pa.concat_tables([r.columns for r in group])
+            columns = combined([r.batch for r in group])
             if self._forward is not None and not any(r.forwarded or r.here for r in group):
                 pending = self._forward(columns)
                 if pending is not None:
@@ -187,7 +186,7 @@ class TopicPublisher:
         offset = first
         ours = 0  # a forwarded group is counted by the process its clients sent it to
         for request in group:
-            n = request.columns.num_rows
+            n = request.batch.count
             request.future.set_result([str(o) for o in range(offset, offset + n)])
             offset += n
             ours += 0 if request.forwarded else n
