@@ -153,8 +153,10 @@ def test_two_servers_share_one_subscription(local: LakeSpec, tmp_path: Path, nam
             def acked() -> set[str]:
                 return set(ledgers[0].acked) | set(ledgers[1].acked)
 
+            # Not acked by either: each one's deliveries and unsettled acks per client.
             assert wait_until(lambda: acked() >= set(ids), 120), [
-                ledger.missing(ids) for ledger in ledgers
+                (i, [(ledger.delivered[i], ledger.unsettled[i]) for ledger in ledgers])
+                for i in sorted(set(ids) - acked())[:20]
             ]
         finally:
             for future in futures:
