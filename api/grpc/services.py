@@ -247,11 +247,13 @@ async def acknowledge(door: GrpcDoor, request: Any, call: Call) -> Message:
     ack_ids = list(request.ack_ids)
     future = door.engine.acknowledge_future(name, ack_ids)
     # The room frees now, so a stream's next pull can join the ack's commit.
-    door.streams.settled(ack_ids)
+    out = door.streams.settled(ack_ids)
     failures = await asyncio.wrap_future(future)
     error = convert.ack_failures_error(failures)
     if error is not None:
         raise error
+    if out and not failures:
+        door.streams.acked(out)
     return Empty()
 
 
@@ -260,7 +262,14 @@ async def modify_ack_deadline(door: GrpcDoor, request: Any, call: Call) -> Messa
     await call.check("modify_ack_deadline", _sub_params(name))
     ack_ids = list(request.ack_ids)
     seconds = request.ack_deadline_seconds
-    future = door.engine.modify_ack_deadline_future(name, ack_ids, seconds)
+    engine = door.engine
+    if engine.lookups_need_no_io():  # a receipt modack of this process's streams
+        sub = engine.get_subscription(name, fresh=False)
+        if not sub.enable_exactly_once_delivery and door.streams.unchanged(
+            sub.uid, ack_ids, seconds
+        ):
+            return Empty()
+    future = engine.modify_ack_deadline_future(name, ack_ids, seconds)
     failures = await asyncio.wrap_future(future)
     door.streams.extended(ack_ids, seconds, failures)
     error = convert.ack_failures_error(failures)

@@ -26,12 +26,13 @@ from typing import Any
 
 import grpc
 from google.pubsub_v1.types import pubsub as ps
+from prometheus_client import Counter
 
 from api.grpc.door import GRPC_REQUESTS, Call, GrpcDoor, abort, failure_of, parse
 from api.grpc.wire import add_received, subscription_name
 from lakepubsub import constants, errors
 from lakepubsub.ackids import AckId
-from lakepubsub.leases import INVALID_ACK_ID
+from lakepubsub.leases import INVALID_ACK_ID, LEASE_SLACK_US
 from lakepubsub.messages import ReceivedMessage
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,17 @@ STREAM_PULL_MESSAGES = 5_000
 # Without a limit from the client, at most this many deliveries are out per stream
 # (Google's clients ask for 1,000 by default).
 DEFAULT_MAX_OUTSTANDING = 10_000
+_SLACK_S = LEASE_SLACK_US / constants.US_PER_S
+# How long an acknowledged ack id is remembered for ``Streams.unchanged`` (between
+# one and two of these): receipt modacks that follow an ack come within a client's
+# ack batching interval (100 ms for Google's clients).
+ACKED_MEMORY_S = 2.0
+DOOR_DEADLINE_CHANGES = Counter(
+    "lakepubsub_grpc_deadline_changes_unchanged_total",
+    "Ack ids of deadline changes answered by the gRPC door without the dispatcher: "
+    "the change would leave the lease as it is (Streams.unchanged)",
+)
+_UNKNOWN = float("-inf")
 
 
 class Streams:
@@ -56,17 +68,85 @@ class Streams:
 
     def __init__(self) -> None:
         self._owner: dict[str, Stream] = {}
+        # Ack ids of this process's streams acknowledged through this process, in
+        # two generations of at most ACKED_MEMORY_S each (see ``unchanged``).
+        self._acked: set[str] = set()
+        self._acked_before: set[str] = set()
+        self._acked_since = time.monotonic()
 
     def delivered(self, stream: Stream, ack_ids: list[str]) -> None:
         for ack_id in ack_ids:
             self._owner[ack_id] = stream
 
-    def settled(self, ack_ids: list[str]) -> None:
-        """Acked (or, through ``extended``, nacked or refused): out of the room."""
+    def settled(self, ack_ids: list[str]) -> list[str]:
+        """Acked (or, through ``extended``, nacked or refused): out of the room.
+        Returns those of ``ack_ids`` that a stream of this process had out."""
+        pop = self._owner.pop
+        found = []
+        last: Stream | None = None
+        mine: list[str] = []
         for ack_id in ack_ids:
-            stream = self._owner.pop(ack_id, None)
-            if stream is not None:
-                stream.release(ack_id)
+            stream = pop(ack_id, None)
+            if stream is None:
+                continue
+            if stream is not last:
+                if last is not None:
+                    last.release(mine)
+                last, mine = stream, []
+            mine.append(ack_id)
+            found.append(ack_id)
+        if last is not None:
+            last.release(mine)
+        return found
+
+    def acked(self, ack_ids: list[str]) -> None:
+        """``ack_ids`` (from ``settled``) were acknowledged: their rows are gone."""
+        now = time.monotonic()
+        if now - self._acked_since > ACKED_MEMORY_S:
+            self._acked_before, self._acked = self._acked, set()
+            self._acked_since = now
+        self._acked.update(ack_ids)
+
+    def unchanged(self, uid: str, ack_ids: list[str], seconds: int) -> bool:
+        """Whether extending ``ack_ids`` of subscription ``uid`` to ``seconds`` from now
+        would leave every lease as it is, so the change needs no dispatcher.
+
+        Google's clients send such a change for every message they receive (the
+        receipt modack, asking for the deadline the stream leased for). The
+        dispatcher already leaves those leases alone (``leases.LEASE_SLACK_US``);
+        deciding it here saves parsing, routing and planning one change per
+        delivered message. It is decided only when this process knows every
+        lease, for a subscription without exactly-once (the caller checks: its
+        clients wait for a confirmation). Each id must be either
+        - acknowledged through this process a moment ago (``acked``): the row is
+          gone, and the dispatcher would find nothing to change. Google's clients
+          often send the receipt modack after the ack of a message handled fast;
+        - or out on one of this process's streams of that subscription, untouched
+          by any deadline change since it was delivered. Its lease then ends
+          between the stream's pull being sent and answered, plus the lease and
+          the slack, and the change is skipped when both bounds give the
+          dispatcher's answer: the lease lasts at least ``seconds`` from now and
+          at most the slack more.
+        """
+        if not 0 < seconds <= constants.MAX_ACK_DEADLINE_S or not ack_ids:
+            return False
+        target = time.monotonic() + seconds
+        owner_of = self._owner
+        last: Stream | None = None
+        out: dict[str, tuple[int, float, float]] = {}
+        for ack_id in set(ack_ids).difference(self._acked, self._acked_before):
+            stream = owner_of.get(ack_id)
+            if stream is None:
+                return False
+            if stream is not last:
+                if stream.uid != uid or stream.exactly_once:
+                    return False
+                last, out = stream, stream.out
+            entry = out.get(ack_id)
+            if entry is None or not entry[1] <= target <= entry[2]:
+                return False
+        DOOR_DEADLINE_CHANGES.inc(len(ack_ids))
+        return True
 
     def extended(self, ack_ids: list[str], seconds: int, failures: dict[str, str]) -> None:
         if seconds == 0:
@@ -94,6 +174,7 @@ class Stream:
         self.door = door
         self.context = context
         self.attempts = sub.reports_delivery_attempts  # whether delivery_attempt is sent
+        self.uid = sub.uid
         self.name = subscription_name(first.subscription)
         self.exactly_once = bool(sub.enable_exactly_once_delivery)
         self.ordering = bool(sub.enable_message_ordering)
@@ -108,8 +189,11 @@ class Stream:
         if self.max_messages <= 0:
             self.max_messages = DEFAULT_MAX_OUTSTANDING
         self.max_bytes = max(0, first.max_outstanding_bytes)
-        # ack id -> (bytes, lease end on time.monotonic())
-        self.out: dict[str, tuple[int, float]] = {}
+        # ack id -> (bytes, lease end, lease end at least) on time.monotonic(): the
+        # lease ends by the first plus the slack (the pull's answer came later than
+        # the dispatcher's plan) and not before the second (the plan came after the
+        # pull was sent); the second is _UNKNOWN once a deadline change was applied.
+        self.out: dict[str, tuple[int, float, float]] = {}
         self.out_bytes = 0
         # No delivery in ``out`` expires before this (a lower bound: leases only
         # get longer), so ``room`` looks for expired ones only once it has passed.
@@ -119,11 +203,13 @@ class Stream:
 
     # -- flow control -----------------------------------------------------------------------
 
-    def release(self, ack_id: str) -> None:
-        entry = self.out.pop(ack_id, None)
-        if entry is not None:
-            self.out_bytes -= entry[0]
-            self.room_changed.set()
+    def release(self, ack_ids: list[str]) -> None:
+        pop = self.out.pop
+        for ack_id in ack_ids:
+            entry = pop(ack_id, None)
+            if entry is not None:
+                self.out_bytes -= entry[0]
+        self.room_changed.set()
 
     def extend(self, ack_ids: list[str], until: float) -> None:
         """Those of ``ack_ids`` this stream has out now last until ``until``."""
@@ -131,7 +217,7 @@ class Stream:
         for ack_id in ack_ids:
             entry = out.get(ack_id)
             if entry is not None:
-                out[ack_id] = (entry[0], until)
+                out[ack_id] = (entry[0], until, _UNKNOWN)
         self._soonest = min(self._soonest, until)
 
     def _lease_s(self) -> int:
@@ -141,10 +227,10 @@ class Stream:
         """How many messages the stream may be sent now (0: wait for acks)."""
         now = time.monotonic()
         if now >= self._soonest:
-            expired = [a for a, (_, until) in self.out.items() if until <= now]
+            expired = [a for a, (_, until, _) in self.out.items() if until <= now]
             if expired:
                 self.door.streams.settled(expired)
-            self._soonest = min((until for _, until in self.out.values()), default=float("inf"))
+            self._soonest = min((entry[1] for entry in self.out.values()), default=float("inf"))
         if self.max_bytes and self.out_bytes >= self.max_bytes:
             return 0
         return max(0, min(self.max_messages - len(self.out), STREAM_PULL_MESSAGES))
@@ -189,11 +275,11 @@ class Stream:
                 if not pulled.done():
                     continue  # the loop ends, or ends the stream; the pull is cancelled then
                 waiting.discard(pulled)
-                received = pulled.result()
+                received, sent, lease_s = pulled.result()
                 pulled = None
                 if not received:
                     continue
-                self._record(received)
+                self._record(received, sent, lease_s)
                 room = self.room()
                 if room > 0:
                     pulled = asyncio.ensure_future(self._pull(room))
@@ -205,23 +291,28 @@ class Stream:
                 task.cancel()  # a pull cancelled here leaves its leases to expire
             self.door.streams.closed(self)
 
-    async def _pull(self, room: int) -> list[ReceivedMessage]:
+    async def _pull(self, room: int) -> tuple[list[ReceivedMessage], float, int]:
+        """Deliveries, when the pull was sent (time.monotonic()) and their lease."""
         engine = self.door.engine
         future: Future[list[ReceivedMessage]]
-        kwargs: dict[str, Any] = {"max_messages": room, "ack_deadline_s": self._lease_s()}
+        lease_s = self._lease_s()
+        kwargs: dict[str, Any] = {"max_messages": room, "ack_deadline_s": lease_s}
+        sent = time.monotonic()
         if engine.lookups_need_no_io():  # the catalog is cached: no storage read here
             future = engine.pull_future(self.name, **kwargs)
         else:
             future = await asyncio.to_thread(engine.pull_future, self.name, **kwargs)
-        return await asyncio.wrap_future(future)
+        return await asyncio.wrap_future(future), sent, lease_s
 
-    def _record(self, received: list[ReceivedMessage]) -> None:
+    def _record(self, received: list[ReceivedMessage], sent: float, lease_s: int) -> None:
         """Deliveries take the stream's room from now until acked, nacked or expired."""
-        until = time.monotonic() + self._lease_s()
+        until = time.monotonic() + lease_s
+        at_least = sent + lease_s + _SLACK_S
         self._soonest = min(self._soonest, until)
+        out = self.out
         for r in received:
             size = r.message.size if r.message is not None else 0
-            self.out[r.ack_id] = (size, until)
+            out[r.ack_id] = (size, until, at_least)
             self.out_bytes += size
         self.door.streams.delivered(self, [r.ack_id for r in received])
 
@@ -265,6 +356,13 @@ class Stream:
             await self._settle(ack_ids, seconds)
 
     async def _settle(self, ack_ids: list[str], seconds: int | None) -> None:
+        streams = self.door.streams
+        if (
+            seconds is not None
+            and not self.exactly_once
+            and streams.unchanged(self.uid, ack_ids, seconds)
+        ):
+            return  # not exactly-once: no confirmation is due
         valid, invalid = [], []
         for ack_id in ack_ids:
             try:
@@ -280,12 +378,15 @@ class Stream:
                 future = engine.acknowledge_future(self.name, valid)
             else:
                 future = engine.modify_ack_deadline_future(self.name, valid, seconds)
+        out = []
         if seconds is None:  # the room frees now: the next pull can join the ack's commit
-            self.door.streams.settled(ack_ids)
+            out = streams.settled(ack_ids)
         if future is not None:
             failures.update(await asyncio.wrap_future(future))
         if seconds is not None:
-            self.door.streams.extended(ack_ids, seconds, failures)
+            streams.extended(ack_ids, seconds, failures)
+        elif out and not failures and not self.exactly_once:
+            streams.acked(out)
         if self.exactly_once:
             await self._confirm(ack_ids, failures, seconds)
 

@@ -13,7 +13,7 @@ import grpc
 import pytest
 from google.pubsub_v1.types import pubsub as ps
 from google.rpc import error_details_pb2, status_pb2
-from grpckit import Names, Serve, rest
+from grpckit import Names, Serve, rest, wait_until
 
 PUB = "/google.pubsub.v1.Publisher/"
 SUB = "/google.pubsub.v1.Subscriber/"
@@ -209,6 +209,61 @@ def test_unary_acks_free_room_of_streams(wire: Wire, names: Names) -> None:
         assert len(stream.messages(10)) == 10
     finally:
         stream.close()
+
+
+def _unchanged_count(serve: Serve) -> float:
+    with rest(serve) as http:
+        text = http.get("/metrics").text
+    line = next(x for x in text.splitlines() if x.startswith("lakepubsub_grpc_deadline_changes_"))
+    return float(line.split()[-1])
+
+
+def test_receipt_deadline_changes_are_decided_at_the_door(
+    wire: Wire, names: Names, emulator: Serve
+) -> None:
+    """A deadline change that would leave a stream's lease as it is (Google's clients
+    send one for every message received, often after its ack) is answered without
+    the dispatcher; one that changes the lease still reaches it and takes effect."""
+    topic, sub = make(wire, names)
+    publish(wire, topic, 3)
+    stream = wire.stream(first_request(sub))
+    try:
+        got = stream.messages(3)
+        assert len(got) == 3
+        m0, m1, m2 = (m.ack_id for m in got)
+        start = _unchanged_count(emulator)
+
+        def modack(ack_ids: list[str], seconds: int) -> None:
+            request = ps.ModifyAckDeadlineRequest.pb()(
+                subscription=sub, ack_ids=ack_ids, ack_deadline_seconds=seconds
+            )
+            wire.call(SUB + "ModifyAckDeadline", request, ps.PullResponse.pb())
+
+        modack([m0, m1], 60)  # the stream's own deadline, a moment later: unchanged
+        assert _unchanged_count(emulator) == start + 2
+        request = ps.AcknowledgeRequest.pb()(subscription=sub, ack_ids=[m1])
+        wire.call(SUB + "Acknowledge", request, ps.PullResponse.pb())
+        modack([m1], 60)  # after the ack: nothing left to change
+        stream.send(
+            StreamingPullRequest(modify_deadline_ack_ids=[m2], modify_deadline_seconds=[60])
+        )
+        assert wait_until(lambda: _unchanged_count(emulator) == start + 4, timeout_s=10)
+        modack([m0], 10)  # shorter than the lease: the dispatcher must write it
+        modack([m2], 600)  # longer: the same
+        assert _unchanged_count(emulator) == start + 4
+        with pytest.raises(grpc.RpcError) as failure:
+            modack([m2], 601)
+        assert failure.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        # m0's lease now ends in 10 s, not the stream's 60: it comes back.
+        again = stream.messages(1, timeout_s=20)
+        assert [m.message.message_id for m in again] == [got[0].message.message_id]
+    finally:
+        stream.close()
+    other = wire.stream(first_request(sub))
+    try:
+        assert other.messages(1, timeout_s=3) == []  # m2 lasts 600 s; m0 leased again; m1 acked
+    finally:
+        other.close()
 
 
 def test_exactly_once_confirmations_on_the_stream(wire: Wire, names: Names) -> None:
