@@ -43,10 +43,8 @@ import multiprocessing as mp
 import os
 import queue
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -66,6 +64,7 @@ from typing import Any, Protocol
 import httpx
 import orjson
 
+from bench import scratch
 from bench import workload as w
 from bench.ports import free_port
 from bench.procstats import ProcessMeter, ProcessUsage
@@ -247,7 +246,7 @@ class LakePubSubServer:
         self.storage_options: dict[str, str] = {}
 
     def __enter__(self) -> LakePubSubServer:
-        self.directory = Path(tempfile.mkdtemp(prefix="bench-lakepubsub-"))
+        self.directory = scratch.directory("bench-lakepubsub-")
         try:
             self._start(self.directory)
         except BaseException:
@@ -309,7 +308,7 @@ class LakePubSubServer:
             self.moto.__exit__(None, None, None)
             self.moto = None
         if self.directory is not None:
-            shutil.rmtree(self.directory, ignore_errors=True)
+            scratch.release(self.directory)
             self.directory = None
 
     @property

@@ -37,7 +37,6 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import tempfile
 import threading
 import time
 import traceback
@@ -59,6 +58,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 
+from bench import scratch
 from bench import workload as w
 from bench.procstats import ProcessMeter, ProcessUsage
 
@@ -121,7 +121,7 @@ class NatsServer:
         self.pid = 0
 
     def __enter__(self) -> NatsServer:
-        self.directory = Path(tempfile.mkdtemp(prefix="bench-nats-"))
+        self.directory = scratch.directory("bench-nats-")
         log_path = self.directory / "nats-server.log"
         jetstream = self.directory / "jetstream"
         with log_path.open("wb") as log:
@@ -154,7 +154,7 @@ class NatsServer:
                 self._process.wait()
             self._process = None
         if self.directory is not None:
-            shutil.rmtree(self.directory, ignore_errors=True)
+            scratch.release(self.directory)
             self.directory = None
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from bench import peer_nats
+from bench import peer_nats, scratch
 from bench import workload as w
 from bench.procstats import ProcessMeter
 
@@ -144,7 +144,10 @@ def test_nats_server_stops_and_removes_its_directory() -> None:
         pid = nats_server.pid
         store = nats_server.directory
         assert store is not None and store.is_dir()
-    assert store is not None and not store.exists()
+    assert store is not None and store.is_dir()
+    assert all(p.stat().st_size == 0 for p in store.rglob("*") if p.is_file())
+    scratch.remove_released()
+    assert not store.exists()
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
 
@@ -194,3 +197,17 @@ def test_results_summarise_their_runs() -> None:
     assert (result.median, result.min, result.max) == (2.0, 1.0, 3.0)
     merged = w.merge_runs([dataclasses.replace(result, values=(4.0,)), result])
     assert merged == [dataclasses.replace(result, values=(4.0, 3.0, 1.0, 2.0))]
+
+
+def test_scratch_frees_space_at_once_and_inodes_at_the_end() -> None:
+    """A released directory keeps its (now empty) files until remove_released: deleting
+    them between runs slowed file creation in the runs after (bench/scratch.py)."""
+    root = scratch.directory("bench-scratch-test-")
+    (root / "sub").mkdir()
+    for i, path in enumerate([root / "a.parquet", root / "sub" / "b.json"]):
+        path.write_bytes(b"x" * (1000 + i))
+    scratch.release(root)
+    sizes = sorted((str(p.relative_to(root)), p.stat().st_size) for p in root.rglob("*.*"))
+    assert sizes == [("a.parquet", 0), ("sub/b.json", 0)]
+    scratch.remove_released()
+    assert not root.exists()
