@@ -50,9 +50,10 @@ STREAM_PULL_MESSAGES = 5_000
 # (Google's clients ask for 1,000 by default).
 DEFAULT_MAX_OUTSTANDING = 10_000
 _SLACK_S = LEASE_SLACK_US / constants.US_PER_S
-# How long an acknowledged ack id is remembered for ``Streams.unchanged`` (between
-# one and two of these): receipt modacks that follow an ack come within a client's
-# ack batching interval (100 ms for Google's clients).
+# How long an acknowledged ack id is remembered for ``Streams.unchanged`` (at least
+# this long): receipt modacks that follow an ack come within a client's ack batching
+# interval (100 ms for Google's clients). Remembering only saves work: an ack id is
+# never issued again, so a change to an acknowledged one is a no-op whenever it comes.
 ACKED_MEMORY_S = 2.0
 DOOR_DEADLINE_CHANGES = Counter(
     "lakepubsub_grpc_deadline_changes_unchanged_total",
