@@ -36,8 +36,11 @@ def release(path: Path) -> None:
     """The run is over: free the directory's space now, remove it at exit."""
     for root, _, files in os.walk(path):
         for name in files:
+            file = os.path.join(root, name)
+            if os.path.islink(file):  # never truncate what a link points to
+                continue
             with contextlib.suppress(OSError):  # gone already, or not a regular file
-                os.truncate(os.path.join(root, name), 0)
+                os.truncate(file, 0)
     _LEFT.append(path)
 
 

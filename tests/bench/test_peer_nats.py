@@ -206,8 +206,15 @@ def test_scratch_frees_space_at_once_and_inodes_at_the_end() -> None:
     (root / "sub").mkdir()
     for i, path in enumerate([root / "a.parquet", root / "sub" / "b.json"]):
         path.write_bytes(b"x" * (1000 + i))
+    outside = scratch.directory("bench-scratch-outside-") / "kept"
+    outside.write_bytes(b"keep me")
+    (root / "link").symlink_to(outside)
     scratch.release(root)
     sizes = sorted((str(p.relative_to(root)), p.stat().st_size) for p in root.rglob("*.*"))
     assert sizes == [("a.parquet", 0), ("sub/b.json", 0)]
+    assert outside.read_bytes() == b"keep me"  # a link's target is left alone
     scratch.remove_released()
     assert not root.exists()
+    assert outside.read_bytes() == b"keep me"
+    scratch.release(outside.parent)
+    scratch.remove_released()
