@@ -13,6 +13,7 @@ from starlette.responses import Response
 import lakepubsub
 from api import auth, docs, errors, models, schemas, snapshots, subscriptions, topics
 from api.deps import EngineDep, json_response
+from api.fast import FastRoutes
 from api.grpc import GrpcDoor, oneport
 from api.middleware import Admission, LimitBody, Metrics
 from lakepubsub import Engine, Settings, heap, push
@@ -84,6 +85,8 @@ def create_app(engine: Engine | None = None, *, grpc: bool | None = None) -> Fas
     # so going first changes no match.
     app.include_router(topics.messaging)
     app.include_router(subscriptions.messaging)
+    # Publish is served before the router (api/fast.py), inside access control.
+    app.add_middleware(FastRoutes)
     auth.install(app)  # [auth integration, issue 7] IAM routes first; access control middleware
     app.include_router(topics.router)
     app.include_router(subscriptions.router)

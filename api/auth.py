@@ -502,18 +502,23 @@ async def authorize(
 
 def _match(app: FastAPI, scope: Scope) -> tuple[str | None, dict[str, str]]:
     """The name and path parameters of the route that will serve the request."""
-    routes: list[routing.BaseRoute] | None = getattr(app.state, "access_routes", None)
-    if routes is None:
-        routes = list(_flatten(app.router.routes))
-        app.state.access_routes = routes
     path, method = scope["path"], scope["method"]
-    for route in routes:
+    for route in routes_of(app):
         regex = getattr(route, "path_regex", None)
         found = regex.match(path) if regex is not None else None
         methods = getattr(route, "methods", None)
         if found is not None and (methods is None or method in methods):
             return getattr(route, "name", None), found.groupdict()
     return None, {}
+
+
+def routes_of(app: FastAPI) -> list[routing.BaseRoute]:
+    """The app's routes in matching order, included routers flattened (kept on the app)."""
+    routes: list[routing.BaseRoute] | None = getattr(app.state, "access_routes", None)
+    if routes is None:
+        routes = list(_flatten(app.router.routes))
+        app.state.access_routes = routes
+    return routes
 
 
 def _flatten(routes: list[routing.BaseRoute]) -> Iterator[routing.BaseRoute]:

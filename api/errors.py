@@ -131,6 +131,11 @@ def install(app: FastAPI) -> None:
         return error_response(exc.status_code, status, str(exc.detail))
 
     @app.exception_handler(Exception)
-    async def unexpected(_: Request, exc: Exception) -> Response:
-        log.exception("unhandled error")
-        return error_response(500, "INTERNAL", f"internal error: {type(exc).__name__}")
+    async def unexpected_error(_: Request, exc: Exception) -> Response:
+        return unexpected(exc)
+
+
+def unexpected(exc: Exception) -> Response:
+    """The answer to a failure no handler expected (logged with its traceback)."""
+    log.error("unhandled error", exc_info=exc)
+    return error_response(500, "INTERNAL", f"internal error: {type(exc).__name__}")

@@ -113,15 +113,21 @@ def _submit_publish(engine: Engine, name: TopicName, raw: bytes) -> Any:
     },
 )
 async def publish(project: str, topic: str, request: Request, engine: EngineDep) -> Response:
-    """Publish messages; the ids are returned once the messages are committed to the lake."""
-    name = TopicName(project, topic)
-    raw = await request.body()
+    """Publish messages; the ids are returned once the messages are committed to the lake.
+
+    A server answers this method in ``api/fast.py`` before the router; both call
+    ``publish_ids``."""
+    ids = await publish_ids(engine, TopicName(project, topic), await request.body())
+    return json_response({"messageIds": ids})
+
+
+async def publish_ids(engine: Engine, name: TopicName, raw: bytes) -> list[str]:
+    """Publish the messages of a JSON ``PublishRequest`` body; their ids once committed."""
     if len(raw) <= INLINE_PUBLISH_BYTES and engine.lookups_need_no_io():
         future = _submit_publish(engine, name, raw)
     else:
         future = await run_in_threadpool(_submit_publish, engine, name, raw)
-    ids = await asyncio.wrap_future(future)
-    return json_response({"messageIds": ids})
+    return await asyncio.wrap_future(future)
 
 
 @router.get(

@@ -70,7 +70,13 @@ class Server:
         return httpx.Client(base_url=self.url, timeout=30)
 
 
-def start_server(lake: LakeSpec, *, extra_env: dict[str, str] | None = None) -> Server:
+def start_server(
+    lake: LakeSpec, *, extra_env: dict[str, str] | None = None, app: str = "api.app:create_app"
+) -> Server:
+    """A uvicorn process serving the factory ``app`` on ``lake``: ``module:function``,
+    importable from the repository root, or ``path/to/dir/module:function``."""
+    where, _, spec = app.rpartition("/")
+    app_dir = ["--app-dir", where] if where else []
     env = {
         **lake.env(),
         "LAKEPUBSUB_PULL_WAIT_S": "2",
@@ -82,7 +88,7 @@ def start_server(lake: LakeSpec, *, extra_env: dict[str, str] | None = None) -> 
         port = free_port()
         process = subprocess.Popen(
             [
-                sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory",
+                sys.executable, "-m", "uvicorn", spec, "--factory", *app_dir,
                 "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
                 "--timeout-keep-alive", str(constants.KEEP_ALIVE_S),  # as lakepubsub serve
             ],
