@@ -10,7 +10,6 @@ delta-rs's own filtered read on this machine (docs/architecture.md).
 from __future__ import annotations
 
 import bisect
-import itertools
 import time
 from collections.abc import Callable, Sequence
 
@@ -72,14 +71,14 @@ class MessagesTable:
         if self._generation != log.generation:  # files were removed: rebuild
             self._generation = log.generation
             self._index, self._los, self._reach, self._indexed = [], [], [], 0
-        if self._indexed == len(log.files):
+        if self._indexed == len(log.added):
             return
         fresh = sorted(
             _entry(f)
-            for f in itertools.islice(log.files.values(), self._indexed, None)
+            for f in log.added[self._indexed :]
             if f.rows and "offset" in f.mins and "offset" in f.maxs
         )
-        self._indexed = len(log.files)
+        self._indexed = len(log.added)
         if self._index and fresh and fresh[0][0] < self._los[-1]:  # not in offset order
             fresh = sorted(self._index + fresh)
             self._index, self._los, self._reach = [], [], []

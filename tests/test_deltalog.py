@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError
@@ -142,17 +143,54 @@ def test_tailing_sees_appends_deletes_and_property_changes_by_delta_rs(lake: Lak
     assert log.tail()
     assert sorted(f.mins["offset"] for f in log.files.values()) == [0]
     assert log.generation == generation  # only added files: indexes may extend
+    append(log, rows(4, 6))
+    assert [f.mins["offset"] for f in log.added] == [0, 4]  # in the order added
+    assert log.generation == generation
     DeltaTable(uri, storage_options=options).delete("offset < 2")
     assert log.tail()
     assert log.generation != generation  # a file was removed: indexes rebuild
-    assert sum(f.rows for f in log.files.values()) == 2
+    assert sum(f.rows for f in log.files.values()) == 4
+    assert log.added == list(log.files.values())
     DeltaTable(uri, storage_options=options).alter.set_table_properties(
         {"delta.checkpointInterval": "5"}, raise_if_not_exists=False
     )
     assert log.tail()  # a metadata change reloads through delta-rs
     assert log.version == DeltaTable(uri, storage_options=options).version()
-    append(log, rows(4, 5))
-    assert DeltaTable(uri, storage_options=options).to_pyarrow_table().num_rows == 3
+    append(log, rows(6, 7))
+    assert DeltaTable(uri, storage_options=options).to_pyarrow_table().num_rows == 5
+
+
+def test_payloads_and_nested_columns_carry_no_parquet_statistics(tmp_path: Path) -> None:
+    """Nobody filters on a payload: its min and max would only repeat it in the file."""
+    lake_ = Lake(LakeSpec(str(tmp_path), {}).settings())
+    uri = lake_.uri("messages")
+    lake_.create(uri, schemas.MESSAGES, configuration=schemas.MESSAGES_PROPERTIES)
+    log = TableLog(lake_, uri, tracked=("offset",))
+    payload = os.urandom(1024)  # incompressible
+    batch = pa.table(
+        {
+            "offset": pa.array([7], pa.int64()),
+            "message_id": ["7"],
+            "publish_time": pa.array([1_700_000_000_000_000], schemas.UTC_US),
+            "data": [payload],
+            "attributes": pa.array([[("k", "v")]], schemas.MESSAGES.field("attributes").type),
+            "ordering_key": ["key"],
+            "size": pa.array([1024], pa.int64()),
+        },
+        schema=schemas.MESSAGES,
+    )
+    add = log.write_file(batch)["add"]
+    meta = pq.ParquetFile(log.path_of(add["path"])).metadata.row_group(0)
+    stats = {
+        meta.column(i).path_in_schema.split(".")[0]: meta.column(i).statistics
+        for i in range(meta.num_columns)
+    }
+    assert stats["offset"] is not None and stats["offset"].min == 7
+    assert stats["ordering_key"] is not None and stats["ordering_key"].max == "key"
+    assert stats["data"] is None or not stats["data"].has_min_max
+    assert stats["attributes"] is None or not stats["attributes"].has_min_max
+    assert add["size"] < 4 * len(payload)  # the payload once (it was 5 times), and the rest
+    assert pq.read_table(log.path_of(add["path"])).equals(batch)
 
 
 def test_background_checkpoints_keep_opening_cheap(lake: LakeSpec) -> None:
