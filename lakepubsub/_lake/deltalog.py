@@ -37,6 +37,8 @@ from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError
 
 from lakepubsub import constants, errors
+from lakepubsub._lake import checkpoints
+from lakepubsub._lake.objects import Objects
 from lakepubsub._lake.storage import Lake, log_race, storage_errors
 
 log = logging.getLogger(__name__)
@@ -365,7 +367,9 @@ class TableLog:
             and now - self._checkpoint_at >= spacing_s
         ):
             self._checkpoint_version, self._checkpoint_at = self.version, now
-            _CHECKPOINTS.request(self.uri, self.version, self._lake.storage_options)
+            _CHECKPOINTS.request(
+                self.uri, self.version, self._lake.storage_options, self._lake.objects
+            )
 
     def _commit_uri(self, version: int) -> str:
         return f"{self.uri}/_delta_log/{version:020d}.json"
@@ -375,30 +379,38 @@ class TableLog:
 
 
 class _Checkpointer:
-    """One background thread per process writing checkpoints through delta-rs for
-    tables committed here, and removing expired log files after them.
+    """One background thread per process writing checkpoints of the tables committed
+    here, and removing expired log files after them.
 
-    It keeps a delta-rs handle per table and moves it to the requested version
-    before each checkpoint, reading the commits since the last checkpoint (on S3
-    every commit file read is a GET).
+    It keeps each table's log state (``checkpoints.Replay``) and brings it to the
+    requested version by reading the commits since the last checkpoint (on S3 every
+    commit file read is a GET), then writes the checkpoint from it. A table whose
+    log holds what the replay does not model is checkpointed through a delta-rs
+    handle kept the same way instead.
     """
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._pending: dict[str, tuple[int, Mapping[str, str] | None]] = {}
-        self._tables: OrderedDict[str, DeltaTable] = OrderedDict()
+        self._pending: dict[str, tuple[int, Mapping[str, str] | None, Objects]] = {}
+        self._tables: OrderedDict[str, checkpoints.Replay | DeltaTable] = OrderedDict()
         self._cleaned_at: dict[str, float] = {}
         self._thread: threading.Thread | None = None
         self._current: str | None = None
         self._stopping = False
 
-    def request(self, uri: str, version: int, storage_options: Mapping[str, str] | None) -> None:
+    def request(
+        self,
+        uri: str,
+        version: int,
+        storage_options: Mapping[str, str] | None,
+        objects: Objects,
+    ) -> None:
         """Checkpoint ``uri`` at ``version`` (or a later version requested meanwhile)."""
         with self._cond:
             if self._stopping:
                 return
-            earlier = self._pending.get(uri, (-1, None))[0]
-            self._pending[uri] = (max(version, earlier), storage_options)
+            earlier = self._pending.get(uri, (-1, None, objects))[0]
+            self._pending[uri] = (max(version, earlier), storage_options, objects)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="checkpoints", daemon=True)
                 self._thread.start()
@@ -418,7 +430,7 @@ class _Checkpointer:
                     del self._tables[uri]
             while (remaining := deadline - time.monotonic()) > 0 and (
                 any(u.startswith(prefix) for u in self._pending)
-                or (self._current or "\0").startswith(prefix)
+                or (self._current is not None and self._current.startswith(prefix))
             ):
                 self._cond.wait(timeout=remaining)
 
@@ -441,10 +453,10 @@ class _Checkpointer:
                 if self._stopping:
                     return
                 uri = next(iter(self._pending))
-                version, options = self._pending.pop(uri)
+                version, options, objects = self._pending.pop(uri)
                 self._current = uri
             try:
-                self._checkpoint(uri, version, options)
+                self._checkpoint(uri, version, options, objects)
             except Exception as exc:  # the next request tries again; reads stay correct
                 self._tables.pop(uri, None)
                 log.info("checkpoint of %s skipped: %s", uri, exc)
@@ -453,11 +465,55 @@ class _Checkpointer:
                     self._current = None
                     self._cond.notify_all()
 
-    def _checkpoint(self, uri: str, version: int, options: Mapping[str, str] | None) -> None:
+    def _checkpoint(
+        self, uri: str, version: int, options: Mapping[str, str] | None, objects: Objects
+    ) -> None:
+        with self._cond:
+            kept = self._tables.pop(uri, None)
+        if not isinstance(kept, DeltaTable):
+            kept = self._replay(kept, uri, version, objects)
+        if not isinstance(kept, checkpoints.Replay):
+            kept = self._delta_rs_checkpoint(kept, uri, version, options)
+        with self._cond:
+            self._tables[uri] = kept
+            while len(self._tables) > constants.CHECKPOINT_HANDLES:
+                self._tables.popitem(last=False)
+        now = time.monotonic()
+        if now - self._cleaned_at.get(uri, 0.0) >= constants.LOG_CLEANUP_SPACING_S:
+            self._cleaned_at[uri] = now
+            if isinstance(kept, checkpoints.Replay):
+                # Opens from the checkpoint just written, with no commits to replay.
+                kept = DeltaTable(
+                    uri, version=version, storage_options=dict(options) if options else None
+                )
+            kept.cleanup_metadata()
+
+    @staticmethod
+    def _replay(
+        replay: checkpoints.Replay | None, uri: str, version: int, objects: Objects
+    ) -> checkpoints.Replay | None:
+        """Bring the kept replay to ``version`` and write its checkpoint; None if the
+        log holds what the replay does not model. A kept replay that cannot go on
+        (its next commit was cleaned up by another process) starts again from the
+        newest checkpoint once."""
+        attempts = (replay, None) if replay is not None else (None,)
+        for attempt in attempts:
+            try:
+                current = attempt or checkpoints.Replay(objects, uri)
+                current.advance(version)
+                current.write()
+                return current
+            except checkpoints.Unsupported as exc:
+                if attempt is None:
+                    log.info("checkpoints of %s go through delta-rs: %s", uri, exc)
+        return None
+
+    @staticmethod
+    def _delta_rs_checkpoint(
+        table: DeltaTable | None, uri: str, version: int, options: Mapping[str, str] | None
+    ) -> DeltaTable:
         # A pinned version: delta-rs refuses a local log listed while it grows
         # (storage.log_race) only past the version it is asked to load.
-        with self._cond:
-            table = self._tables.pop(uri, None)
         if table is None:
             table = DeltaTable(
                 uri, version=version, storage_options=dict(options) if options else None
@@ -469,15 +525,8 @@ class _Checkpointer:
                 if not log_race(exc):
                     raise
                 table.load_as_version(version)
-        with self._cond:
-            self._tables[uri] = table
-            while len(self._tables) > constants.CHECKPOINT_HANDLES:
-                self._tables.popitem(last=False)
         table.create_checkpoint()
-        now = time.monotonic()
-        if now - self._cleaned_at.get(uri, 0.0) >= constants.LOG_CLEANUP_SPACING_S:
-            self._cleaned_at[uri] = now
-            table.cleanup_metadata()
+        return table
 
 
 _CHECKPOINTS = _Checkpointer()

@@ -68,6 +68,18 @@ class Objects:
         with open(uri, "wb") as f:
             f.write(data)
 
+    def replace(self, uri: str, data: bytes | pa.Buffer) -> None:
+        """Write ``data`` at ``uri``, over what is there: readers see the old object
+        or the new one, whole."""
+        if self._is_s3:
+            self.put(uri, data)  # a PUT is atomic
+            return
+        directory, name = os.path.split(uri)
+        temporary = os.path.join(directory, f".{name}.{uuid.uuid4()}.tmp")
+        with open(temporary, "wb") as f:
+            f.write(data)
+        os.replace(temporary, uri)
+
     def put_if_absent(self, uri: str, data: bytes) -> bool:
         """Write ``data`` at ``uri`` unless something is there; False if it was.
 

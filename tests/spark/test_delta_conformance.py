@@ -2,7 +2,8 @@
 
 Messages tables are committed by lakepubsub's direct log (appends, compaction,
 deletes), lease tables by its copy-on-write lease commits, the catalog and the
-truncations table by delta-rs; checkpoints come from delta-rs. For each, at
+truncations table by delta-rs; checkpoints come from lakepubsub's replay of the
+log (``lakepubsub/_lake/checkpoints.py``) and from delta-rs. For each, at
 each step and at every retained version, delta-spark must find exactly the
 rows delta-rs finds, skip files only where their statistics allow it, and
 answer ``DESCRIBE DETAIL`` and ``DESCRIBE HISTORY``.
@@ -97,7 +98,7 @@ def assert_every_version(spark: SparkSession, uri: str, storage: dict[str, str])
 def copy_from_checkpoint(lake: Lake, uri: str, checkpoint: int) -> str:
     """A copy of the table without the JSON commits before ``checkpoint`` (as log cleanup
     leaves it): only a reader that uses the checkpoint can open it."""
-    copy = uri + "-from-checkpoint"
+    copy = f"{uri}-from-checkpoint-{checkpoint}"
     if not lake.is_s3:
         shutil.copytree(uri, copy)
         for version in range(checkpoint):
@@ -181,7 +182,18 @@ def test_messages_table_through_appends_checkpoints_deletes_compaction(
 
     publish(engine, topic.name, batches=9)  # past the checkpoint interval (10)
     settle_checkpoints()
-    delta_rs(uri, storage).create_checkpoint()  # and one at the newest version
+    # lakepubsub's own checkpoint (lakepubsub/_lake/checkpoints.py), read with no
+    # JSON commit before it.
+    ours = json.loads(engine.lake.objects.read(f"{uri}/_delta_log/_last_checkpoint") or b"{}")
+    assert ours.get("version", 0) >= 9  # the interval (10) counts from version -1
+    from_ours = copy_from_checkpoint(engine.lake, uri, ours["version"])
+    assert rows_of(read_table(spark, from_ours, storage_options=storage).toArrow()) == rows_of(
+        read_table(spark, uri, storage_options=storage).toArrow()
+    )
+    assert rows_of(delta_rs(from_ours, storage).to_pyarrow_table()) == rows_of(
+        delta_rs(uri, storage).to_pyarrow_table()
+    )
+    delta_rs(uri, storage).create_checkpoint()  # and delta-rs's at the newest version
     assert assert_same_rows(spark, uri, storage) == 65
     copy = copy_from_checkpoint(engine.lake, uri, delta_rs(uri, storage).version())
     with pytest.raises(errors.NotFound):  # the copy has no JSON commit to start from
