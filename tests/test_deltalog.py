@@ -265,3 +265,19 @@ def test_file_statistics_are_the_same_below_and_above_the_small_table_cutoff(
     assert small == deltalog._stats(table)
     assert small["numRecords"] == rows
     assert small["minValues"]["offset"] == min(table["offset"].to_pylist())
+
+
+def test_files_are_stamped_in_commit_order(tmp_path: Path) -> None:
+    """Spark's Delta streaming source reads a first snapshot in (modificationTime,
+    path) order, and names are random: commits within one millisecond must still
+    get increasing times, or a stream reads them out of order."""
+    lake_, uri = new_table(LakeSpec(str(tmp_path), {}))
+    log = TableLog(lake_, uri, tracked=("offset",))
+    for i in range(50):
+        append(log, rows(i, i + 1))
+    table = pa.table(DeltaTable(uri).get_add_actions(flatten=True))
+    by_offset = sorted(
+        zip(table["min.offset"].to_pylist(), table["modification_time"].to_pylist(), strict=True)
+    )
+    stamps = [stamp for _, stamp in by_offset]
+    assert len(stamps) == 50 and stamps == sorted(stamps) and len(set(stamps)) == 50

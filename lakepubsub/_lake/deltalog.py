@@ -97,6 +97,7 @@ class TableLog:
         self._refused: str | None = None
         self._append_only = False
         self._confirmed_at = 0.0
+        self._last_modification_ms = 0
         self.load()
 
     # -- reading -------------------------------------------------------------------------
@@ -210,11 +211,19 @@ class TableLog:
                 "path": name,
                 "partitionValues": {},
                 "size": size,
-                "modificationTime": _now_ms(),
+                "modificationTime": self._modification_time(),
                 "dataChange": data_change,
                 "stats": orjson.dumps(_stats(rows)).decode(),
             }
         }
+
+    def _modification_time(self) -> int:
+        """Now in milliseconds, but after every file this handle wrote before. Delta's
+        streaming source (Spark's ``readStream``) reads a table's first snapshot in
+        (modificationTime, path) order, and file names are random: two commits in
+        one millisecond would be read in either order."""
+        self._last_modification_ms = max(_now_ms(), self._last_modification_ms + 1)
+        return self._last_modification_ms
 
     def _discard(self, actions: list[dict[str, Any]]) -> None:
         """Delete the files of the add actions of a commit that failed (best effort:
