@@ -12,7 +12,9 @@ The log stays standard Delta (reader version 1, writer version 2, no
 partitions): delta-rs, Spark and the jobs read and write the same tables, and
 their commits are seen here by tailing. A table that uses a feature this
 writer does not implement is refused rather than written wrongly. Checkpoints
-and log cleanup are delegated to delta-rs, off the hot path.
+are written off the hot path by a background thread from a kept replay of the
+log (``checkpoints.py``; delta-rs for what it does not model), and log cleanup
+is delegated to delta-rs.
 """
 
 from __future__ import annotations
