@@ -17,7 +17,6 @@ the router. The route stays in the app for the OpenAPI document.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import orjson
@@ -29,8 +28,6 @@ from api import topics
 from api.auth import routes_of
 from lakepubsub import errors
 from lakepubsub.names import TopicName
-
-log = logging.getLogger(__name__)
 
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 
