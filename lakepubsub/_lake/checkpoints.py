@@ -12,7 +12,7 @@ This module applies each commit's actions to a kept state (a dictionary update p
 action) and writes that state in the layout delta-rs writes, which delta-rs and
 delta-spark read (``tests/spark/test_delta_conformance.py`` checks every checkpoint
 lakepubsub writes). Anything it does not model (a checkpoint in parts, V2
-checkpoints, deletion vectors, table features, partitions) makes it return None,
+checkpoints, deletion vectors, table features, partitions) raises ``Unsupported``,
 and the caller checkpoints through delta-rs instead.
 
 Replay follows the Delta protocol: the newest ``protocol`` and ``metaData`` win;
@@ -42,7 +42,8 @@ MAX_CHUNKS = 64
 DEFAULT_TOMBSTONE_RETENTION_MS = 7 * 24 * 3600 * 1000
 
 _STR_MAP = pa.map_(pa.string(), pa.string())
-_REQUIRED_STR_MAP = pa.map_(pa.field("key", pa.string(), nullable=False), pa.string())
+# A map whose values may not be null either (format options, configuration).
+_STRICT_STR_MAP = pa.map_(pa.string(), pa.field("value", pa.string(), nullable=False))
 _DELETION_VECTOR = pa.struct(
     [
         pa.field("storageType", pa.string(), nullable=False),
@@ -56,7 +57,7 @@ _FEATURES = pa.list_(pa.field("element", pa.string(), nullable=False))
 # The fields ``add`` and ``remove`` share after their own.
 _FILE_DETAILS = (
     pa.field("stats", pa.string()),
-    pa.field("tags", _REQUIRED_STR_MAP),
+    pa.field("tags", _STR_MAP),
     pa.field("deletionVector", _DELETION_VECTOR),
     pa.field("baseRowId", pa.int64()),
     pa.field("defaultRowCommitVersion", pa.int64()),
@@ -70,7 +71,7 @@ SCHEMA = pa.schema(
             pa.struct(
                 [
                     pa.field("path", pa.string(), nullable=False),
-                    pa.field("partitionValues", _REQUIRED_STR_MAP, nullable=False),
+                    pa.field("partitionValues", _STR_MAP, nullable=False),
                     pa.field("size", pa.int64(), nullable=False),
                     pa.field("modificationTime", pa.int64(), nullable=False),
                     pa.field("dataChange", pa.bool_(), nullable=False),
@@ -87,7 +88,7 @@ SCHEMA = pa.schema(
                     pa.field("deletionTimestamp", pa.int64()),
                     pa.field("dataChange", pa.bool_(), nullable=False),
                     pa.field("extendedFileMetadata", pa.bool_()),
-                    pa.field("partitionValues", _REQUIRED_STR_MAP),
+                    pa.field("partitionValues", _STR_MAP),
                     pa.field("size", pa.int64()),
                     *_FILE_DETAILS,
                 ]
@@ -107,10 +108,7 @@ SCHEMA = pa.schema(
                                 pa.field("provider", pa.string(), nullable=False),
                                 pa.field(
                                     "options",
-                                    pa.map_(
-                                        pa.field("key", pa.string(), nullable=False),
-                                        pa.field("value", pa.string(), nullable=False),
-                                    ),
+                                    _STRICT_STR_MAP,
                                     nullable=False,
                                 ),
                             ]
@@ -122,10 +120,7 @@ SCHEMA = pa.schema(
                     pa.field("createdTime", pa.int64()),
                     pa.field(
                         "configuration",
-                        pa.map_(
-                            pa.field("key", pa.string(), nullable=False),
-                            pa.field("value", pa.string(), nullable=False),
-                        ),
+                        _STRICT_STR_MAP,
                         nullable=False,
                     ),
                 ]
@@ -169,7 +164,7 @@ SCHEMA = pa.schema(
                     pa.field("path", pa.string(), nullable=False),
                     pa.field("sizeInBytes", pa.int64(), nullable=False),
                     pa.field("modificationTime", pa.int64(), nullable=False),
-                    pa.field("tags", _REQUIRED_STR_MAP),
+                    pa.field("tags", _STR_MAP),
                 ]
             ),
         ),
@@ -320,12 +315,10 @@ class LogState:
         small += [("txn", txn) for txn in self.txns.values()]
         columns = []
         for f in SCHEMA:
-            head = pa.array([value if kind == f.name else None for kind, value in small], f.type)
-            parts = [
-                adds if f.name == "add" else pa.chunked_array([_nulls(len(adds), f.type)]),
-                removes if f.name == "remove" else pa.chunked_array([_nulls(len(removes), f.type)]),
-            ]
-            columns.append(pa.chunked_array([head, *(c for p in parts for c in p.chunks)], f.type))
+            chunks = [pa.array([v if kind == f.name else None for kind, v in small], f.type)]
+            for files, array in ((self.adds, adds), (self.removes, removes)):
+                chunks += array.chunks if f.name == files.kind else [_nulls(len(array), f.type)]
+            columns.append(pa.chunked_array(chunks, f.type))
         return pa.table(columns, schema=SCHEMA)
 
 
@@ -408,6 +401,11 @@ def _as_json(value: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def parse_commit(body: bytes) -> list[dict[str, Any]]:
+    """The actions of a commit file (JSON lines)."""
+    return [orjson.loads(line) for line in body.splitlines() if line.strip()]
+
+
 class Replay:
     """A table's log state, brought forward by reading its commit files."""
 
@@ -435,7 +433,7 @@ class Replay:
             body = self._objects.read(f"{self._log}/{self.state.version + 1:020d}.json")
             if body is None:
                 raise Unsupported(f"commit {self.state.version + 1} is gone")
-            self.state.apply([orjson.loads(line) for line in body.splitlines() if line.strip()])
+            self.state.apply(parse_commit(body))
 
     def write(self) -> None:
         """Write the checkpoint of the state's version, then point ``_last_checkpoint`` at it."""

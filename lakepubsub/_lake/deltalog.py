@@ -130,7 +130,7 @@ class TableLog:
                 body = self._lake.objects.read(self._commit_uri(self.version + 1))
             if body is None:
                 break
-            actions = _parse(body)
+            actions = checkpoints.parse_commit(body)
             if any("metaData" in a or "protocol" in a for a in actions):
                 self.load()  # a schema or property change: start over from delta-rs
                 return True
@@ -550,10 +550,6 @@ def settle_checkpoints(prefix: str = "", *, forget: bool = False) -> None:
 
 
 # -- the log's JSON --------------------------------------------------------------------------
-
-
-def _parse(body: bytes) -> list[dict[str, Any]]:
-    return [orjson.loads(line) for line in body.splitlines() if line.strip()]
 
 
 def _refusal(protocol: Any, metadata: Any) -> str | None:
