@@ -61,6 +61,7 @@ bench-quick: install
 	$(BIN)/python -m bench.flood_bench --quick --out bench/results/tmp
 	$(BIN)/python -m bench.cost_bench --quick --out bench/results/tmp
 	$(BIN)/python -m bench.scaleout_bench --quick --out bench/results/tmp
+	$(BIN)/python -m bench.floors --quick --out bench/results/tmp
 
 # Fault injection: crash, storage faults, concurrency, fuzz (bench/chaos).
 chaos: install

@@ -1,0 +1,495 @@
+"""Floors: what the maintained parts cost before lakepubsub does any work.
+
+    python -m bench.floors [--quick] [--runs N] [--out DIR]
+
+The side-by-side cases compare lakepubsub with NATS JetStream. Some of their
+targets ask for less time or CPU per message than the libraries lakepubsub is
+built on spend on their own. This benchmark measures those floors beside
+JetStream in the same run, with the same clients:
+
+- ``grpc empty publish``: a grpcio asyncio server, configured as lakepubsub's
+  gRPC door, whose ``Publisher.Publish`` parses the request and answers its ids
+  at once: no storage. Driven by ``bench/loadgen``'s single-message publish
+  (Google's Go client, bundling off), 1 and 8 publishers. JetStream: the same
+  program through nats.go.
+- ``rest empty publish``: uvicorn with uvloop and httptools (as ``lakepubsub
+  serve``) serving an ASGI app that parses the JSON body and answers its ids.
+  Driven by the side-by-side benchmark's own REST clients
+  (``bench/peer_lakepubsub.py``), batches of 1, 1 and 8 clients. JetStream: the
+  nats-py clients of ``bench/peer_nats.py``.
+- ``protobuf``: building and serializing a StreamingPull response of 1,000
+  ``ReceivedMessage`` of 1 KiB from Python, with the protobuf runtime that
+  ``google-cloud-pubsub`` ships; the faster of its two ways to build one.
+- ``parquet``: pyarrow writing one 1 KiB message in the messages table's
+  schema to memory (a Delta commit writes at least one such file).
+- ``commit``: lakepubsub's own single-message publish (``Engine.publish``, one
+  Delta commit), called in a loop, no HTTP.
+
+Written to ``bench/results/floors.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import io
+import os
+import platform
+import resource
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+from google.pubsub_v1.types import (
+    PublishRequest,
+    PublishResponse,
+    PubsubMessage,
+    ReceivedMessage,
+    StreamingPullResponse,
+)
+
+from api.grpc.door import SERVER_OPTIONS
+from bench import compare, gobuild, grpc_bench, peer_nats, scratch
+from bench import peer_lakepubsub as lps
+from bench import workload as w
+from lakepubsub import Engine, PublishMessage, Topic, TopicName, schemas
+from lakepubsub.settings import Settings
+
+RESULTS = Path(__file__).resolve().parent / "results"
+BenchError = grpc_bench.BenchError
+MILLION = 1_000_000
+FLOOR = "empty server"
+TOPIC = "projects/bench/topics/floors"
+PAYLOAD_BYTES = 1024
+# Messages of one StreamingPull response in the protobuf case (the door sends up to this many).
+RESPONSE_MESSAGES = 1000
+# Repetitions of the in-process measurements; the best is kept (the floor, not the noise).
+REPEATS = 30
+SERVER_START_S = 30.0
+
+
+# --- the empty servers ---------------------------------------------------------------
+
+
+def _ids(counter: list[int], n: int) -> list[str]:
+    first = counter[0]
+    counter[0] += n
+    return [str(i) for i in range(first, first + n)]
+
+
+async def empty_rest_app(
+    scope: dict[str, Any], receive: Callable[[], Any], send: Callable[[dict[str, Any]], Any]
+) -> None:
+    """ASGI (served with ``--lifespan off``): answer a POST with an id per message of its
+    body, anything else (the clients' health check) with an empty object."""
+    body = b""
+    more = True
+    while more:
+        message = await receive()
+        body += message.get("body", b"")
+        more = message.get("more_body", False)
+    if scope["method"] == "POST":
+        out = orjson.dumps({"messageIds": _ids(_REST_COUNTER, len(orjson.loads(body)["messages"]))})
+    else:
+        out = b"{}"
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(out))]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": out})
+
+
+_REST_COUNTER = [0]
+
+
+async def _serve_empty_grpc(port_file: Path) -> None:
+    counter = [0]
+    request_type, response_type = PublishRequest.pb(), PublishResponse.pb()
+
+    async def publish(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
+        request = request_type.FromString(raw)
+        response = response_type(message_ids=_ids(counter, len(request.messages)))
+        return bytes(response.SerializeToString())
+
+    handler = grpc.method_handlers_generic_handler(
+        "google.pubsub.v1.Publisher", {"Publish": grpc.unary_unary_rpc_method_handler(publish)}
+    )
+    server = grpc.aio.server(options=SERVER_OPTIONS)
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    port_file.write_text(str(port))
+    await server.wait_for_termination()
+
+
+@contextmanager
+def _process(command: list[str], port: Callable[[], int | None]) -> Iterator[tuple[int, int]]:
+    """A server subprocess, until ``port()`` says where it listens: (pid, port)."""
+    process = subprocess.Popen(command, cwd=Path(__file__).resolve().parent.parent)
+    try:
+        deadline = time.monotonic() + SERVER_START_S
+        while (found := port()) is None:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise BenchError(f"{' '.join(command)} did not start")
+            time.sleep(0.05)
+        yield process.pid, found
+    finally:
+        process.kill()
+        process.wait()
+
+
+@contextmanager
+def empty_rest_server() -> Iterator[tuple[int, int]]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        chosen = int(probe.getsockname()[1])
+
+    def listening() -> int | None:
+        with socket.socket() as probe:
+            return chosen if probe.connect_ex(("127.0.0.1", chosen)) == 0 else None
+
+    command = [
+        *(sys.executable, "-m", "uvicorn", "bench.floors:empty_rest_app", "--port", str(chosen)),
+        *("--loop", "uvloop", "--http", "httptools", "--lifespan", "off"),
+        *("--no-access-log", "--log-level", "warning"),
+    ]
+    with _process(command, listening) as server:
+        yield server
+
+
+@contextmanager
+def empty_grpc_server(directory: Path) -> Iterator[tuple[int, int]]:
+    port_file = directory / "grpc.port"
+
+    def written() -> int | None:
+        text = port_file.read_text() if port_file.exists() else ""
+        return int(text) if text else None
+
+    command = [sys.executable, "-m", "bench.floors", "--serve-grpc", str(port_file)]
+    with _process(command, written) as server:
+        yield server
+
+
+# --- the side-by-side floors ----------------------------------------------------------
+
+
+def _figures(system: str, case: str, elapsed_s: float, latencies_ms: Sequence[float], n: int,
+             server_cpu_s: float, client_cpu_s: float) -> list[w.Result]:  # fmt: skip
+    if len(latencies_ms) != n:
+        raise BenchError(f"{case}: {len(latencies_ms)} round trips for {n} publishes")
+
+    def result(metric: str, unit: str, value: float) -> w.Result:
+        return w.Result(system, case, metric, unit, (value,))
+
+    return [
+        result(w.THROUGHPUT, w.MSGS_PER_S, n / elapsed_s),
+        result(w.BATCH_LATENCY_P50, w.MS, w.percentile(latencies_ms, 0.50)),
+        result(w.BATCH_LATENCY_P99, w.MS, w.percentile(latencies_ms, 0.99)),
+        result(w.SERVER_CPU_PER_MILLION, w.CPU_S_PER_MILLION, server_cpu_s * MILLION / n),
+        result(w.CLIENT_CPU_PER_MILLION, w.CPU_S_PER_MILLION, client_cpu_s * MILLION / n),
+    ]
+
+
+def rest_case(clients: int) -> str:
+    return f"rest publish batch=1 clients={clients}"
+
+
+def grpc_case(publishers: int) -> str:
+    return f"grpc publish single publishers={publishers}"
+
+
+def rest_floor(clients: int, n: int) -> list[w.Result]:
+    per_client = n // clients
+    with empty_rest_server() as (pid, port):
+        jobs = [
+            lps._PublishJob(
+                url=f"http://127.0.0.1:{port}",
+                topic=TOPIC,
+                batch_size=1,
+                messages=per_client,
+                first_index=k * per_client,
+            )
+            for k in range(clients)
+        ]
+        reports, usage = lps._run_clients(jobs, server_pid=pid)
+    latencies = [ms for r in reports for ms in r.latencies_ms]
+    total = per_client * clients
+    return _figures(FLOOR, rest_case(clients), lps._span_s(reports), latencies, total,
+                    usage.cpu_s, sum(r.cpu_s for r in reports))  # fmt: skip
+
+
+def rest_nats(clients: int, n: int) -> list[w.Result]:
+    per_client = n // clients
+    with peer_nats.NatsServer() as server:
+        asyncio.run(peer_nats._create_stream(server.url))
+        reports, usage = peer_nats._publish(server, batch_size=1, per_client=[per_client] * clients)
+    latencies = [ms for r in reports for ms in r.latencies_ms]
+    total = per_client * clients
+    return _figures(peer_nats.SYSTEM, rest_case(clients), peer_nats._span_s(reports), latencies,
+                    total, usage.cpu_s, sum(r.cpu_s for r in reports))  # fmt: skip
+
+
+def grpc_floor(binary: Path, publishers: int, n: int, directory: Path) -> list[w.Result]:
+    with empty_grpc_server(directory) as (pid, port):
+        report, usage = grpc_bench.run_loadgen(
+            binary,
+            ["-system", "pubsub", "-mode", "publish", "-topic", TOPIC,
+             "-publishers", str(publishers), "-messages", str(n), "-single"],
+            server_pid=pid,
+            env={"PUBSUB_EMULATOR_HOST": f"127.0.0.1:{port}"},
+        )  # fmt: skip
+    return _figures(FLOOR, grpc_case(publishers), report.elapsed_s, report.latencies_ms, n,
+                    usage.cpu_s, report.cpu_s)  # fmt: skip
+
+
+def grpc_pair(binary: Path, publishers: int, n: int, directory: Path) -> list[w.Result]:
+    return grpc_nats(binary, publishers, n) + grpc_floor(binary, publishers, n, directory)
+
+
+def grpc_nats(binary: Path, publishers: int, n: int) -> list[w.Result]:
+    with peer_nats.NatsServer() as server:
+        asyncio.run(peer_nats._create_stream(server.url))
+        report, usage = grpc_bench.run_loadgen(
+            binary,
+            ["-system", "nats", "-mode", "publish", "-nats-url", server.url,
+             "-subject", peer_nats.SUBJECT, "-publishers", str(publishers),
+             "-messages", str(n), "-single"],
+            server_pid=server.pid,
+        )  # fmt: skip
+    return _figures(peer_nats.SYSTEM, grpc_case(publishers), report.elapsed_s,
+                    report.latencies_ms, n, usage.cpu_s, report.cpu_s)  # fmt: skip
+
+
+# --- the in-process floors ------------------------------------------------------------
+
+
+def _best_s(step: Callable[[], object]) -> float:
+    best = float("inf")
+    for _ in range(REPEATS):
+        started = time.perf_counter()
+        step()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def protobuf_us_per_message() -> float:
+    """Build and serialize a StreamingPull response of RESPONSE_MESSAGES messages, per message."""
+    response_type = StreamingPullResponse.pb()
+    payloads = [os.urandom(PAYLOAD_BYTES) for _ in range(RESPONSE_MESSAGES)]
+    ack_ids = [f"{i:032x}" for i in range(RESPONSE_MESSAGES)]
+
+    def built_by_add() -> bytes:
+        response = response_type()
+        for ack_id, data in zip(ack_ids, payloads, strict=True):
+            received = response.received_messages.add()
+            received.ack_id = ack_id
+            received.message.data = data
+            received.message.message_id = ack_id
+        return bytes(response.SerializeToString())
+
+    def built_by_constructors() -> bytes:
+        received_type, message_type = ReceivedMessage.pb(), PubsubMessage.pb()
+        response = response_type(
+            received_messages=[
+                received_type(ack_id=a, message=message_type(data=d, message_id=a))
+                for a, d in zip(ack_ids, payloads, strict=True)
+            ]
+        )
+        return bytes(response.SerializeToString())
+
+    best = min(_best_s(built_by_add), _best_s(built_by_constructors))
+    return best / RESPONSE_MESSAGES * 1e6
+
+
+def parquet_us() -> float:
+    """pyarrow writing one 1 KiB message of the messages schema to memory."""
+    row = pa.table(
+        {
+            "offset": [0],
+            "message_id": ["0"],
+            "publish_time": pa.array([0], schemas.UTC_US),
+            "data": [os.urandom(PAYLOAD_BYTES)],
+            "attributes": pa.array([[]], schemas.MESSAGES.field("attributes").type),
+            "ordering_key": [""],
+            "size": [PAYLOAD_BYTES],
+        },
+        schema=schemas.MESSAGES,
+    )
+    return _best_s(lambda: pq.write_table(row, io.BytesIO())) * 1e6
+
+
+def commit_figures(n: int) -> tuple[float, float]:
+    """lakepubsub's single-message publish in a loop: (p50 µs, process CPU µs per publish)."""
+    directory = scratch.directory("bench-floors-")
+    try:
+        with Engine(Settings(lake=str(directory / "lake"))) as engine:
+            topic = TopicName("bench", "floors")
+            engine.create_topic(Topic(topic))
+            message = [PublishMessage(os.urandom(PAYLOAD_BYTES))]
+            for _ in range(n // 10):  # warm up: the table handle, the file index
+                engine.publish(topic, message)
+            took: list[float] = []
+            cpu_before = _process_cpu_s()
+            for _ in range(n):
+                started = time.perf_counter()
+                engine.publish(topic, message)
+                took.append(time.perf_counter() - started)
+            cpu_s = _process_cpu_s() - cpu_before
+    finally:
+        scratch.release(directory)
+    return w.percentile(took, 0.50) * 1e6, cpu_s / n * 1e6
+
+
+def _process_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+# --- running and the report -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sizes:
+    rest_single: int
+    rest_eight: int
+    grpc_single: int
+    grpc_eight: int
+    commits: int
+    runs: int
+
+
+FULL = Sizes(
+    rest_single=3000, rest_eight=8000, grpc_single=5000, grpc_eight=8000, commits=2000, runs=3
+)
+QUICK = Sizes(rest_single=200, rest_eight=400, grpc_single=200, grpc_eight=400, commits=200, runs=1)
+
+
+def run(sizes: Sizes, progress: Callable[[str], None] = print) -> list[w.Result]:
+    binary = gobuild.build()
+    raw: list[w.Result] = []
+    directory = scratch.directory("bench-floors-")
+    steps: list[tuple[str, Callable[[], list[w.Result]]]] = [
+        (
+            "rest, 1 client",
+            lambda: rest_nats(1, sizes.rest_single) + rest_floor(1, sizes.rest_single),
+        ),
+        (
+            "rest, 8 clients",
+            lambda: rest_nats(8, sizes.rest_eight) + rest_floor(8, sizes.rest_eight),
+        ),
+        ("grpc, 1 publisher", lambda: grpc_pair(binary, 1, sizes.grpc_single, directory)),
+        ("grpc, 8 publishers", lambda: grpc_pair(binary, 8, sizes.grpc_eight, directory)),
+        ("in process", lambda: _in_process(sizes.commits)),
+    ]
+    try:
+        for i in range(sizes.runs):
+            for name, step in steps:
+                progress(f"floors: {name} (run {i + 1}/{sizes.runs})")
+                raw += step()
+                (directory / "grpc.port").unlink(missing_ok=True)
+    finally:
+        scratch.release(directory)
+    return w.merge_runs(raw)
+
+
+IN_PROCESS = "in process"
+PROTOBUF = "protobuf: build and serialize one ReceivedMessage of 1 KiB (in a response of 1,000)"
+PARQUET = "parquet: write one 1 KiB message of the messages schema to memory"
+COMMIT_P50 = "commit: Engine.publish of one message, p50"
+COMMIT_CPU = "commit: Engine.publish of one message, process CPU"
+MICROSECONDS = "µs"
+
+
+def _in_process(commits: int) -> list[w.Result]:
+    p50_us, cpu_us = commit_figures(commits)
+    found = [
+        (PROTOBUF, protobuf_us_per_message()),
+        (PARQUET, parquet_us()),
+        (COMMIT_P50, p50_us),
+        (COMMIT_CPU, cpu_us),
+    ]
+    return [w.Result(FLOOR, IN_PROCESS, name, MICROSECONDS, (value,)) for name, value in found]
+
+
+def report(
+    results: Sequence[w.Result], *, command: str, minutes: float, load: Sequence[float]
+) -> str:
+    by_key = {(r.system, r.case, r.metric): r for r in results}
+    lines = [
+        "# Floors: what the maintained parts cost before lakepubsub does any work",
+        "",
+        f"Written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `{command}` in "
+        f"{minutes:.1f} min. {os.cpu_count()} cores; {platform.platform()}; load average "
+        f"{' / '.join(f'{v:.1f}' for v in load)} at the start. What each figure is: "
+        "`bench/floors.py`. Median [min-max] of the runs.",
+        "",
+        "## Against a server that does nothing, with the benchmark's own clients",
+        "",
+        "`empty server`: for `rest` uvicorn (uvloop, httptools) with an ASGI app that parses "
+        "the body and answers ids, driven by the REST clients of `bench/peer_lakepubsub.py`; "
+        "for `grpc` a grpcio asyncio server with lakepubsub's door options whose Publish "
+        "answers ids, driven by `bench/loadgen` (Google's Go client). NATS JetStream stores "
+        "every message, through nats-py (`rest` rows) and nats.go (`grpc` rows). CPU is user "
+        "+ system seconds per million messages (µs per message).",
+        "",
+        "| case | metric | unit | empty server | NATS JetStream | ratio |",
+        "| --- | --- | --- | ---: | ---: | ---: |",
+    ]
+    cases = dict.fromkeys(r.case for r in results if r.case != IN_PROCESS)
+    for case in cases:
+        for metric in dict.fromkeys(r.metric for r in results if r.case == case):
+            floor, peer = (
+                by_key.get((FLOOR, case, metric)),
+                by_key.get((peer_nats.SYSTEM, case, metric)),
+            )
+            either = floor or peer
+            unit = either.unit if either is not None else ""
+            lines.append(
+                f"| {case} | {metric} | {unit} | {compare._cell(floor)} | {compare._cell(peer)} "
+                f"| {compare._ratio(floor, peer)} |"
+            )
+    lines += ["", "## In process", "", "| floor | unit | value |", "| --- | --- | ---: |"]
+    for r in results:
+        if r.case == IN_PROCESS:
+            lines.append(f"| {r.metric} | {r.unit} | {compare._cell(r)} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, one run (CI)")
+    parser.add_argument("--runs", type=int, default=None, help="runs of every case")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="report directory")
+    parser.add_argument("--serve-grpc", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve_grpc is not None:
+        asyncio.run(_serve_empty_grpc(args.serve_grpc))
+        return
+    sizes = QUICK if args.quick else FULL
+    if args.runs is not None:
+        sizes = dataclasses.replace(sizes, runs=args.runs)
+    load = os.getloadavg()
+    started = time.monotonic()
+    results = run(sizes)
+    command = "python -m bench.floors" + " ".join(
+        ["", *(argv if argv is not None else sys.argv[1:])]
+    )
+    text = report(
+        results, command=command.strip(), minutes=(time.monotonic() - started) / 60, load=load
+    )
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "floors.md").write_text(text)
+
+
+if __name__ == "__main__":
+    main()
