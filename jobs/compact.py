@@ -11,8 +11,9 @@ each file's offset range stay as they were, and readers and the API's writers
 see the same data. A messages table compacts through the direct log
 (``MessagesTable.compact``: runs of adjacent files in offset order), the others
 with delta-rs (``optimize.compact``). Then files removed more than
-``vacuum_retention_hours`` ago are deleted, and a checkpoint is written where
-the newest version has none.
+``vacuum_retention_hours`` ago are deleted (from lease tables, files removed
+more than ``LEASE_FILE_RETENTION_HOURS`` ago at most, found by listing), and a
+checkpoint is written where the newest version has none.
 
 Concurrency: a messages compaction moves past the publishers' appends and is
 redone only against a writer that removed one of its files; delta-rs's
@@ -41,7 +42,7 @@ from jobs.common import (
     open_if_exists,
     retrying,
 )
-from lakepubsub import errors
+from lakepubsub import constants, errors
 from lakepubsub._lake import storage_errors
 from lakepubsub.topic_table import MessagesTable
 
@@ -291,12 +292,19 @@ def _check_rows_kept(ctx: JobContext, target: Target, versions: list[int]) -> No
 def _vacuum(table: DeltaTable, target: Target, options: CompactOptions, *, full: bool) -> int:
     """Delete files removed longer ago than the retention; ``full`` also lists the
     directory for files no commit references (appends that lost their race)."""
+    retention_hours = options.vacuum_retention_hours
+    if target.kind == LEASES:
+        # A lease table's checkpoints drop tombstones after
+        # LEASE_FILE_RETENTION_HOURS, so only a listing finds the files removed
+        # before that; the listing stays short because they are kept no longer.
+        retention_hours = min(retention_hours, constants.LEASE_FILE_RETENTION_HOURS)
+        full = True
 
     def attempt() -> int:
         with storage_errors(target.uri):
             table.update_incremental()
             deleted = table.vacuum(
-                retention_hours=options.vacuum_retention_hours,
+                retention_hours=retention_hours,
                 dry_run=False,
                 # The retention is ours to choose (and checked by the CLI), not
                 # the table's delta.deletedFileRetentionDuration.

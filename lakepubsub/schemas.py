@@ -86,6 +86,9 @@ MESSAGES_PROPERTIES = {
     **_COMMON,
     "delta.setTransactionRetentionDuration": constants.SET_TRANSACTION_RETENTION,
 }
-LEASES_PROPERTIES = dict(_COMMON)
+LEASES_PROPERTIES = {
+    **_COMMON,
+    "delta.deletedFileRetentionDuration": f"interval {constants.LEASE_FILE_RETENTION_HOURS} hours",
+}
 CATALOG_PROPERTIES = dict(_COMMON)
 TRUNCATIONS_PROPERTIES = {**_COMMON, "delta.appendOnly": "true"}

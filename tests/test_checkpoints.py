@@ -15,7 +15,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from support import LakeSpec
 
-from lakepubsub import schemas
+from lakepubsub import constants, schemas
 from lakepubsub._lake import Lake, TableLog, checkpoints, deltalog
 
 SCHEMA = pa.schema([pa.field("offset", pa.int64(), nullable=False), pa.field("name", pa.string())])
@@ -52,12 +52,14 @@ def no_background_checkpoints(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(deltalog._CHECKPOINTS, "request", lambda *args: None)
 
 
-def build(lake_spec: LakeSpec) -> tuple[Lake, TableLog, str]:
+def build(
+    lake_spec: LakeSpec, properties: dict[str, str] = schemas.LEASES_PROPERTIES
+) -> tuple[Lake, TableLog, str]:
     """A table whose log has appends with transactions, a delete by delta-rs, a
     property change and more appends after it."""
     lake = Lake(lake_spec.settings())
     uri = lake.uri("t")
-    lake.create(uri, SCHEMA, configuration=schemas.LEASES_PROPERTIES)
+    lake.create(uri, SCHEMA, configuration=properties)
     log = TableLog(lake, uri, tracked=("offset",))
     for i in range(12):
         append(log, rows(i * 2, i * 2 + 2), "pub-a" if i % 2 else "pub-b", i)
@@ -119,15 +121,32 @@ def test_a_replay_continues_from_its_own_checkpoint(tmp_path: Path) -> None:
     assert opened.to_pyarrow_table().num_rows == 36 - 4
 
 
-def test_tombstones_are_kept_for_their_retention(tmp_path: Path) -> None:
-    lake_, log, uri = build(LakeSpec(str(tmp_path), {}))
+HOUR_MS = 3_600_000
+
+
+@pytest.mark.parametrize(
+    ("properties", "retention_ms"),
+    [
+        # Lease tables replace a file on every commit: an hour of tombstones.
+        (schemas.LEASES_PROPERTIES, constants.LEASE_FILE_RETENTION_HOURS * HOUR_MS),
+        # Messages tables keep Delta's default, a week.
+        (schemas.MESSAGES_PROPERTIES, checkpoints.DEFAULT_TOMBSTONE_RETENTION_MS),
+    ],
+    ids=["leases", "messages"],
+)
+def test_tombstones_are_kept_for_their_retention(
+    tmp_path: Path, properties: dict[str, str], retention_ms: int
+) -> None:
+    lake_, log, uri = build(LakeSpec(str(tmp_path), {}), properties)
     replay = checkpoints.Replay(lake_.objects, uri)
     replay.advance(log.version)
     now_ms = time.time_ns() // 1_000_000
     now = replay.state.rows(now_ms)
-    assert now["remove"].null_count < now.num_rows  # the delete's
-    week_ms = checkpoints.DEFAULT_TOMBSTONE_RETENTION_MS
-    later = replay.state.rows(now_ms + week_ms + 1)
+    removes = now.num_rows - now["remove"].null_count
+    assert removes > 0  # the delete's
+    almost = replay.state.rows(now_ms + retention_ms - 60_000)
+    assert almost.num_rows - almost["remove"].null_count == removes  # still kept
+    later = replay.state.rows(now_ms + retention_ms + 1)
     assert later["remove"].null_count == later.num_rows  # expired: left out
     live = now.num_rows - now["add"].null_count
     assert live > 0 and later.num_rows - later["add"].null_count == live  # files stay

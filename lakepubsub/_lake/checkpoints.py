@@ -191,7 +191,7 @@ class Files:
     as an arrow array, and the changes since as dictionaries. A checkpoint turns
     only the new actions into arrow (about 4 µs each in Python) and filters the
     rest in C, so its cost under the GIL grows with the commits since the last
-    checkpoint, not with the table (a lease table keeps a week of tombstones)."""
+    checkpoint, not with the table (a lease table removes a file on every commit)."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind

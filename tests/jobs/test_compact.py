@@ -7,6 +7,7 @@ import json
 import os
 import time
 
+import pytest
 from deltalake import DeltaTable
 from jobtools import (
     context,
@@ -23,6 +24,7 @@ from support import LakeSpec
 
 from jobs import compact
 from lakepubsub import Engine
+from lakepubsub._lake import checkpoints, deltalog
 from lakepubsub.subscriptions import Subscription
 from lakepubsub.topics import Topic
 
@@ -109,3 +111,61 @@ def test_vacuum_checkpoint_then_idle(local_engine: Engine, local_lake: LakeSpec)
     assert DeltaTable(uri).version() == version
     # The engine keeps working on the compacted, vacuumed table.
     assert local_engine.publish(topic.name, messages(1)) == [str(len(offsets))]
+
+
+def test_lease_tables_are_vacuumed_by_listing(
+    local_lake: LakeSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lease table's checkpoints keep tombstones an hour (every lease commit
+    removes a file), so the job finds the files removed before that by listing:
+    they are deleted, files removed within the hour and live files are kept."""
+    monkeypatch.setattr(deltalog._CHECKPOINTS, "request", lambda *args: None)
+    with Engine(local_lake.settings()) as engine:
+        topic = engine.create_topic(Topic(topic_name("leased")))
+        sub = engine.create_subscription(Subscription(sub_name("leased-sub"), topic.name))
+        publish_batches(engine, topic.name, batches=3, per_batch=4)
+        for _ in range(3):  # lease commits, each replacing the cursor's file
+            got = engine.pull(sub.name, max_messages=3, return_immediately=True)
+            engine.acknowledge(sub.name, [m.ack_id for m in got])
+        uri = engine.lake.leases_uri(sub.uid)
+        removed_early = _parquet(uri) - _live(uri)
+        assert removed_early
+        # Those files were removed over an hour ago: the files are older, and the
+        # checkpoint (written "two hours from now") holds no tombstone for them.
+        _age(uri, hours=2)
+        later_ns = time.time_ns() + 2 * 3600 * 10**9
+        replay = checkpoints.Replay(engine.lake.objects, uri)
+        replay.advance(DeltaTable(uri).version())
+        with monkeypatch.context() as m:
+            m.setattr(checkpoints.time, "time_ns", lambda: later_ns)
+            replay.write()
+        live_before = _live(uri)
+        got = engine.pull(sub.name, max_messages=3, return_immediately=True)
+        engine.acknowledge(sub.name, [m.ack_id for m in got])  # removes a file just now
+        removed_now = live_before - _live(uri)
+        assert removed_now
+        present = _parquet(uri)
+        with context(local_lake) as ctx:  # compaction needs no Spark
+            report = compact.run(ctx, compact.CompactOptions(min_small_files=1000))
+        result = next(t for t in report.tables if t.kind == "leases")
+        assert result.status == "ok"
+        assert result.files_vacuumed == len(removed_early)
+        assert _parquet(uri) == present - removed_early
+        assert removed_now <= _parquet(uri) and _live(uri) <= _parquet(uri)
+        # The subscription carries on from the vacuumed table.
+        rest = engine.pull(sub.name, max_messages=10, return_immediately=True)
+        assert len(rest) == 12 - 4 * 3
+
+
+def _parquet(uri: str) -> set[str]:
+    return {f for f in os.listdir(uri) if f.endswith(".parquet")}
+
+
+def _live(uri: str) -> set[str]:
+    return {os.path.basename(p) for p in DeltaTable(uri).files()}
+
+
+def _age(uri: str, *, hours: int) -> None:
+    then = time.time() - hours * 3600
+    for name in _parquet(uri):
+        os.utime(os.path.join(uri, name), (then, then))
