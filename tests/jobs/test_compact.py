@@ -162,7 +162,7 @@ def _parquet(uri: str) -> set[str]:
 
 
 def _live(uri: str) -> set[str]:
-    return {os.path.basename(p) for p in DeltaTable(uri).files()}
+    return {os.path.basename(p) for p in DeltaTable(uri).file_uris()}
 
 
 def _age(uri: str, *, hours: int) -> None:
