@@ -42,7 +42,7 @@ from jobs.common import (
     open_if_exists,
     retrying,
 )
-from lakepubsub import constants, errors
+from lakepubsub import constants, errors, schemas
 from lakepubsub._lake import storage_errors
 from lakepubsub.topic_table import MessagesTable
 
@@ -61,6 +61,7 @@ MIN_SMALL_FILES = 8
 VACUUM_RETENTION_HOURS = 168
 DEFAULT_PARALLELISM = 2
 
+RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
 MESSAGES = "messages"
 LEASES = "leases"
 CATALOG = "catalog"
@@ -199,6 +200,8 @@ def _maintain(
         before.bytes,
     )
     written_since_checkpoint = not has_checkpoint(ctx.lake, table)
+    if target.kind == LEASES:
+        _adopt_lease_retention(table, target)
     if before.small_files >= options.min_small_files:
         _compact(ctx, table, target, size, options, result)
     if options.vacuum:
@@ -287,6 +290,22 @@ def _check_rows_kept(ctx: JobContext, target: Target, versions: list[int]) -> No
                 f"{target.uri}: compaction commit {version} changed the row count "
                 f"from {rows_before} to {rows_after}"
             )
+
+
+def _adopt_lease_retention(table: DeltaTable, target: Target) -> None:
+    """A lease table created before lease tables kept removed files an hour
+    (``LEASE_FILE_RETENTION_HOURS``) gets that property now."""
+    wanted = schemas.LEASES_PROPERTIES[RETENTION_PROPERTY]
+
+    def attempt() -> None:
+        with storage_errors(target.uri):
+            table.update_incremental()
+            if table.metadata().configuration.get(RETENTION_PROPERTY) != wanted:
+                table.alter.set_table_properties(
+                    {RETENTION_PROPERTY: wanted}, raise_if_not_exists=False
+                )
+
+    retrying(target.kind, attempt)
 
 
 def _vacuum(table: DeltaTable, target: Target, options: CompactOptions, *, full: bool) -> int:

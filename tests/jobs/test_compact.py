@@ -23,7 +23,7 @@ from pyspark.sql import SparkSession
 from support import LakeSpec
 
 from jobs import compact
-from lakepubsub import Engine
+from lakepubsub import Engine, constants, schemas
 from lakepubsub._lake import checkpoints, deltalog
 from lakepubsub.subscriptions import Subscription
 from lakepubsub.topics import Topic
@@ -169,3 +169,40 @@ def _age(uri: str, *, hours: int) -> None:
     then = time.time() - hours * 3600
     for name in _parquet(uri):
         os.utime(os.path.join(uri, name), (then, then))
+
+
+def test_older_lease_tables_adopt_the_hour(
+    local_lake: LakeSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lease table created with Delta's default retention (a week) gets the hour
+    from the job, while its subscription pulls and acks through the job's commit."""
+    with Engine(local_lake.settings()) as engine:
+        topic = engine.create_topic(Topic(topic_name("older")))
+        with monkeypatch.context() as m:
+            m.setattr(schemas, "LEASES_PROPERTIES", schemas.CATALOG_PROPERTIES)
+            sub = engine.create_subscription(Subscription(sub_name("older-sub"), topic.name))
+        uri = engine.lake.leases_uri(sub.uid)
+        assert compact.RETENTION_PROPERTY not in DeltaTable(uri).metadata().configuration
+        offsets = publish_batches(engine, topic.name, batches=2, per_batch=3)
+        held = engine.pull(sub.name, max_messages=3, return_immediately=True)
+        assert len(held) == 3
+        with (
+            context(local_lake) as ctx,
+            traffic(engine, topic.name, sub.name, pause_s=0.01) as load,
+        ):
+            time.sleep(0.3)  # traffic is flowing when the job starts
+            report = compact.run(ctx, compact.CompactOptions(min_small_files=1000))
+            time.sleep(0.3)
+        assert load.errors == [] and load.acked > 0
+        assert next(t for t in report.tables if t.kind == "leases").status == "ok"
+        configuration = DeltaTable(uri).metadata().configuration
+        wanted = f"interval {constants.LEASE_FILE_RETENTION_HOURS} hours"
+        assert configuration[compact.RETENTION_PROPERTY] == wanted
+        # Leases taken before the job are acknowledged after it, and nothing is lost.
+        engine.acknowledge(sub.name, [r.ack_id for r in held])
+        rest: set[int] = set()
+        while got := engine.pull(sub.name, max_messages=1000, return_immediately=True):
+            rest |= {r.message.offset for r in got if r.message is not None}
+            engine.acknowledge(sub.name, [r.ack_id for r in got])
+        assert load.acked + len(held) + len(rest) >= len(offsets) + len(load.published)
+        assert rest.isdisjoint(r.message.offset for r in held if r.message is not None)
