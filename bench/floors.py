@@ -127,7 +127,9 @@ async def _serve_empty_grpc(port_file: Path) -> None:
     server.add_generic_rpc_handlers((handler,))
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
-    port_file.write_text(str(port))
+    written = port_file.with_suffix(".tmp")
+    written.write_text(str(port))
+    written.replace(port_file)  # whole, so the parent never reads half a number
     await server.wait_for_termination()
 
 

@@ -49,8 +49,8 @@ LOG_RETENTION = "interval 7 days"
 # A lease table replaces a file on every commit (the cursor's at least;
 # lakepubsub/lease_table.py), and every checkpoint carries the tombstone of each
 # file removed within delta.deletedFileRetentionDuration, which Delta defaults
-# to a week: the latency case's ~240 lease commits a second would leave over a
-# hundred million rows, each checkpoint rewriting them all. Nothing reads a
+# to a week: at the latency case's ~240 lease commits a second, over a hundred
+# million rows, each checkpoint rewriting them all. Nothing reads a
 # lease table's past versions, so its tombstones, and the removed files the
 # compaction job keeps (jobs/compact.py), last this many hours.
 LEASE_FILE_RETENTION_HOURS = 1
