@@ -249,6 +249,7 @@ def grpc_floor(binary: Path, publishers: int, n: int, directory: Path) -> list[w
             server_pid=pid,
             env={"PUBSUB_EMULATOR_HOST": f"127.0.0.1:{port}"},
         )  # fmt: skip
+    grpc_bench._check_published(report, n)
     return _figures(FLOOR, grpc_case(publishers), report.elapsed_s, report.latencies_ms, n,
                     usage.cpu_s, report.cpu_s)  # fmt: skip
 
@@ -267,6 +268,7 @@ def grpc_nats(binary: Path, publishers: int, n: int) -> list[w.Result]:
              "-messages", str(n), "-single"],
             server_pid=server.pid,
         )  # fmt: skip
+    grpc_bench._check_published(report, n)
     return _figures(peer_nats.SYSTEM, grpc_case(publishers), report.elapsed_s,
                     report.latencies_ms, n, usage.cpu_s, report.cpu_s)  # fmt: skip
 
