@@ -435,10 +435,11 @@ class Replay:
                 raise Unsupported(f"commit {self.state.version + 1} is gone")
             self.state.apply(parse_commit(body))
 
-    def write(self) -> None:
-        """Write the checkpoint of the state's version, then point ``_last_checkpoint`` at it."""
+    def write(self, *, now_ms: int | None = None) -> None:
+        """Write the checkpoint of the state's version, then point ``_last_checkpoint`` at
+        it. Tombstones are kept by their retention as of ``now_ms`` (default: now)."""
         state = self.state
-        rows = state.rows(time.time_ns() // 1_000_000)
+        rows = state.rows(time.time_ns() // 1_000_000 if now_ms is None else now_ms)
         sink = pa.BufferOutputStream()
         pq.write_table(rows, sink, compression="snappy")
         data = sink.getvalue()
