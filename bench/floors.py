@@ -171,6 +171,7 @@ def empty_rest_server() -> Iterator[tuple[int, int]]:
 @contextmanager
 def empty_grpc_server(directory: Path) -> Iterator[tuple[int, int]]:
     port_file = directory / "grpc.port"
+    port_file.unlink(missing_ok=True)  # the last server's
 
     def written() -> int | None:
         text = port_file.read_text() if port_file.exists() else ""
@@ -399,7 +400,6 @@ def run(sizes: Sizes, progress: Callable[[str], None] = print) -> list[w.Result]
             for name, step in steps:
                 progress(f"floors: {name} (run {i + 1}/{sizes.runs})")
                 raw += step()
-                (directory / "grpc.port").unlink(missing_ok=True)
     finally:
         scratch.release(directory)
     return w.merge_runs(raw)

@@ -61,7 +61,6 @@ MIN_SMALL_FILES = 8
 VACUUM_RETENTION_HOURS = 168
 DEFAULT_PARALLELISM = 2
 
-RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
 MESSAGES = "messages"
 LEASES = "leases"
 CATALOG = "catalog"
@@ -295,14 +294,16 @@ def _check_rows_kept(ctx: JobContext, target: Target, versions: list[int]) -> No
 def _adopt_lease_retention(table: DeltaTable, target: Target) -> None:
     """A lease table created before lease tables kept removed files an hour
     (``LEASE_FILE_RETENTION_HOURS``) gets that property now."""
-    wanted = schemas.LEASES_PROPERTIES[RETENTION_PROPERTY]
+    wanted = schemas.LEASES_PROPERTIES[schemas.DELETED_FILE_RETENTION]
+    if table.metadata().configuration.get(schemas.DELETED_FILE_RETENTION) == wanted:
+        return  # the usual case: no reload for it
 
     def attempt() -> None:
         with storage_errors(target.uri):
             table.update_incremental()
-            if table.metadata().configuration.get(RETENTION_PROPERTY) != wanted:
+            if table.metadata().configuration.get(schemas.DELETED_FILE_RETENTION) != wanted:
                 table.alter.set_table_properties(
-                    {RETENTION_PROPERTY: wanted}, raise_if_not_exists=False
+                    {schemas.DELETED_FILE_RETENTION: wanted}, raise_if_not_exists=False
                 )
 
     retrying(target.kind, attempt)

@@ -86,9 +86,10 @@ MESSAGES_PROPERTIES = {
     **_COMMON,
     "delta.setTransactionRetentionDuration": constants.SET_TRANSACTION_RETENTION,
 }
+DELETED_FILE_RETENTION = "delta.deletedFileRetentionDuration"
 LEASES_PROPERTIES = {
     **_COMMON,
-    "delta.deletedFileRetentionDuration": f"interval {constants.LEASE_FILE_RETENTION_HOURS} hours",
+    DELETED_FILE_RETENTION: f"interval {constants.LEASE_FILE_RETENTION_HOURS} hours",
 }
 CATALOG_PROPERTIES = dict(_COMMON)
 TRUNCATIONS_PROPERTIES = {**_COMMON, "delta.appendOnly": "true"}

@@ -185,7 +185,7 @@ def test_older_lease_tables_adopt_the_hour(
             m.setattr(schemas, "LEASES_PROPERTIES", schemas.CATALOG_PROPERTIES)
             sub = engine.create_subscription(Subscription(sub_name("older-sub"), topic.name))
         uri = engine.lake.leases_uri(sub.uid)
-        assert compact.RETENTION_PROPERTY not in DeltaTable(uri).metadata().configuration
+        assert schemas.DELETED_FILE_RETENTION not in DeltaTable(uri).metadata().configuration
         offsets = publish_batches(engine, topic.name, batches=2, per_batch=3)
         held = engine.pull(sub.name, max_messages=3, return_immediately=True)
         assert len(held) == 3
@@ -200,7 +200,7 @@ def test_older_lease_tables_adopt_the_hour(
         assert next(t for t in report.tables if t.kind == "leases").status == "ok"
         configuration = DeltaTable(uri).metadata().configuration
         wanted = f"interval {constants.LEASE_FILE_RETENTION_HOURS} hours"
-        assert configuration[compact.RETENTION_PROPERTY] == wanted
+        assert configuration[schemas.DELETED_FILE_RETENTION] == wanted
         # Leases taken before the job are acknowledged after it, and nothing is lost.
         engine.acknowledge(sub.name, [r.ack_id for r in held])
         rest: set[int] = set()
