@@ -7,7 +7,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
@@ -100,8 +100,40 @@ def start_pull(
     return future, engine.get_subscription(name, fresh=False).reports_delivery_attempts
 
 
+async def pulled(
+    engine: Engine,
+    name: SubscriptionName,
+    future: Future[list[ReceivedMessage]],
+    gone: asyncio.Future[Any] | None = None,
+) -> list[ReceivedMessage]:
+    """What the pull ``future`` delivers (both doors). If the caller goes away first
+    (this task is cancelled, or ``gone`` completes: the client disconnected), the pull
+    is withdrawn, what it was given is released for the next receiver at once, and
+    the answer is empty (nobody reads it)."""
+    answer = asyncio.wrap_future(future)
+    try:
+        if gone is not None:
+            await asyncio.wait((answer, gone), return_when=asyncio.FIRST_COMPLETED)
+            if not answer.done():
+                answer.cancel()
+                engine.withdraw(name, future)
+                return []
+        return await answer
+    except asyncio.CancelledError:
+        engine.withdraw(name, future)
+        raise
+
+
+async def _disconnect(request: Request) -> None:
+    """Returns when the client of ``request`` (its body read) disconnects."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 @messaging.post("/subscriptions/{subscription}:pull", response_model=m.PullResponse, name="pull")
-async def pull(project: str, subscription: str, body: m.PullRequest, engine: EngineDep) -> Response:
+async def pull(
+    project: str, subscription: str, body: m.PullRequest, engine: EngineDep, request: Request
+) -> Response:
     """Lease messages. Waits (long poll) for new ones unless ``returnImmediately``."""
     name = SubscriptionName(project, subscription)
     if body.max_messages <= 0:
@@ -109,7 +141,11 @@ async def pull(project: str, subscription: str, body: m.PullRequest, engine: Eng
     future, attempts = await _submit(
         engine, start_pull, engine, name, body.max_messages, body.return_immediately
     )
-    received = await asyncio.wrap_future(future)
+    gone = asyncio.ensure_future(_disconnect(request))
+    try:
+        received = await pulled(engine, name, future, gone)
+    finally:
+        gone.cancel()
     if not received:
         return json_response({})
     items = [convert.received_body(r, attempts=attempts) for r in received]

@@ -10,12 +10,13 @@ Nothing is answered before its commit has landed.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar, cast
 
@@ -29,6 +30,7 @@ from lakepubsub.filters import Filter
 from lakepubsub.lease_table import LeaseTable
 from lakepubsub.leases import (
     LEASE_SLACK_US,
+    RELEASE,
     Claim,
     LeaseState,
     Planner,
@@ -64,7 +66,8 @@ class PullRequest:
 
 @dataclass
 class AckRequest:
-    """An ack (``deadline_s`` None) or a deadline change (0 is a nack)."""
+    """An ack (``deadline_s`` None), a deadline change (0 is a nack) or, with
+    ``leases.RELEASE``, deliveries given back unseen."""
 
     ack_ids: list[AckId]
     deadline_s: int | None
@@ -219,6 +222,8 @@ class Dispatcher:
                         return
                     acks, self._acks = self._acks, []
                     truncates, self._truncates = self._truncates, []
+                    # A pull its caller withdrew (future cancelled) leases nothing.
+                    self._pulls = [p for p in self._pulls if not p.future.cancelled()]
                     pulls = list(self._pulls)
                     if self.subscription.enable_message_ordering and len(pulls) > 1:
                         # One pull a cycle, the longest waiting: a cycle may lease
@@ -304,18 +309,35 @@ class Dispatcher:
         self._hand_out(deliveries)
 
     def _hand_out(self, deliveries: list[ReceivedMessage]) -> None:
-        metrics.DELIVERED.inc(len(deliveries))
+        """Each waiting pull takes its share, in order. The share of a pull withdrawn
+        meanwhile (its future cancelled) is released, not given to another pull: it
+        was leased for that pull's deadline."""
         now = time.monotonic()
+        unseen: list[ReceivedMessage] = []
+        answers: list[tuple[PullRequest, list[ReceivedMessage]]] = []
         with self._cond:
             served = []
             for pull in self._pulls:
                 take, deliveries = deliveries[: pull.max_messages], deliveries[pull.max_messages :]
-                if take or (pull.planned and pull.wait_until <= now):
-                    _settle(pull.future, take)
-                    served.append(pull)
+                if not (take or (pull.planned and pull.wait_until <= now)):
+                    continue
+                served.append(pull)
+                # Once running, the future can no longer be cancelled: a caller that
+                # withdraws it later releases what it got (Engine.withdraw).
+                if pull.future.set_running_or_notify_cancel():
+                    answers.append((pull, take))
+                else:
+                    unseen += take
             self._pulls = [p for p in self._pulls if p not in served]
-        if deliveries:  # a pull left between planning and now; let the leases expire
-            log.debug("%d deliveries had no pull to go to", len(deliveries))
+            unseen += deliveries  # a pull that left between planning and now
+            if unseen:
+                ack_ids = [AckId.parse(r.ack_id) for r in unseen]
+                self._acks.append(AckRequest(ack_ids, RELEASE))
+                self._cond.notify()
+        for pull, take in answers:  # outside the lock: callbacks run here
+            pull.future.set_result(take)
+        metrics.DELIVERED.inc(sum(len(take) for _, take in answers))
+        metrics.RELEASED.inc(len(unseen))
 
     # -- one optimistic attempt ------------------------------------------------------------
 
@@ -344,12 +366,7 @@ class Dispatcher:
             # every pull's own lease (a stream's), with the slack for receipt modacks
             policy = replace(policy, ack_deadline_s=deadline, lease_slack_us=LEASE_SLACK_US)
         planner = Planner(state, policy, self._settings.clock_us())
-        ack_results = [
-            planner.acknowledge(r.ack_ids)
-            if r.deadline_s is None
-            else planner.modify_deadline(r.ack_ids, r.deadline_s)
-            for r in acks
-        ]
+        ack_results = [_apply(planner, r) for r in acks]
         events: list[TruncationEvent | None] = []
         for request in truncates:
             if isinstance(request, SeekRequest):
@@ -500,6 +517,14 @@ class Dispatcher:
             planner.drop(row.key)
 
 
+def _apply(planner: Planner, request: AckRequest) -> dict[str, str]:
+    if request.deadline_s is None:
+        return planner.acknowledge(request.ack_ids)
+    if request.deadline_s == RELEASE:
+        return planner.release(request.ack_ids)
+    return planner.modify_deadline(request.ack_ids, request.deadline_s)
+
+
 def _policy(sub: Subscription) -> Policy:
     retry = sub.retry_policy
     dead_letter = sub.dead_letter_policy
@@ -536,12 +561,12 @@ T = TypeVar("T")
 
 
 def _settle(future: Future[T], value: T) -> None:
-    # A caller that went away (cancelled its future) just misses the result;
-    # leases it was given expire and are redelivered.
-    if not future.done():
+    # A caller that withdrew (cancelled its future) misses the result; deliveries
+    # go out only through ``_hand_out``, which releases what a withdrawn pull had.
+    with contextlib.suppress(InvalidStateError):
         future.set_result(value)
 
 
 def _fail(future: Future[Any], exc: BaseException) -> None:
-    if not future.done():
+    with contextlib.suppress(InvalidStateError):
         future.set_exception(exc)

@@ -7,12 +7,13 @@ version, so any number of engines (processes) can serve one lake at once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -237,30 +238,39 @@ class Engine:
         topic_uid: str,
         call: Callable[[Peering, Member], Future[T]],
         here: Callable[[], Future[T]],
+        *,
+        withdraw: Callable[[Future[T]], None] | None = None,
     ) -> Future[T]:
         """``call`` the topic's owner, or do the work ``here`` when this process is
-        the owner or the owner cannot be reached."""
+        the owner or the owner cannot be reached. With ``withdraw``, cancelling the
+        answer withdraws the work it waits on (a pull whose caller went away)."""
         owner = self._owner(topic_uid)
         if owner is None:
             return here()
         result: Future[T] = Future()
+        waiting_on: list[Future[T]] = []  # the owner's call, then the local work
 
         def done(finished: Future[T]) -> None:
-            exc = finished.exception()
-            if exc is None:
-                result.set_result(finished.result())
-                return
-            if not isinstance(exc, Unreachable):
-                result.set_exception(exc)
+            if result.cancelled() or finished.cancelled():
+                return  # withdrawn: ``withdraw`` took care of ``finished``
+            if not isinstance(finished.exception(), Unreachable):
+                _copy(finished, result)
                 return
             try:
                 local = here()
             except BaseException as failure:
-                result.set_exception(failure)
+                _copy(_failed(failure), result)
                 return
+            waiting_on.append(local)
+            if result.cancelled() and withdraw is not None:
+                withdraw(local)
             local.add_done_callback(lambda f: _copy(f, result))
 
-        call(*owner).add_done_callback(done)
+        first = call(*owner)
+        waiting_on.append(first)
+        if withdraw is not None:
+            result.add_done_callback(lambda r: r.cancelled() and withdraw(waiting_on[-1]))
+        first.add_done_callback(done)
         return result
 
     def _published(self, topic_uid: str, batch: pa.Table) -> None:
@@ -462,7 +472,35 @@ class Engine:
             lambda: self.pull_here(
                 name, max_messages=count, wait_s=wait, ack_deadline_s=ack_deadline_s
             ),
+            withdraw=lambda source: self.withdraw(name, source),
         )
+
+    def withdraw(self, name: SubscriptionName, pull: Future[list[ReceivedMessage]]) -> None:
+        """Give up a pull from ``pull_future`` whose receiver went away (a stream or
+        long poll that ended). A pull still waiting leaves its dispatcher at once;
+        what it was already given is released (``release``). Only for a pull none of
+        whose deliveries were written to a client."""
+        if pull.cancel():
+            return
+        pull.add_done_callback(lambda done: self._release_result(name, done))
+
+    def _release_result(self, name: SubscriptionName, done: Future[list[ReceivedMessage]]) -> None:
+        if not done.cancelled() and done.exception() is None:
+            self.release(name, done.result())
+
+    def release(self, name: SubscriptionName, received: Sequence[ReceivedMessage]) -> None:
+        """Give back deliveries no client saw: deliverable again at once, without
+        back-off, the attempt not counted. Best effort: if it cannot be done, their
+        leases run out as a vanished client's would."""
+        ack_ids = [r.ack_id for r in received]
+        if not ack_ids:
+            return
+        try:
+            future = self._changes(name, ack_ids, parse_all(ack_ids), leases.RELEASE)
+        except errors.LakePubSubError as exc:
+            log.info("could not release %d deliveries of %s: %s", len(ack_ids), name, exc)
+            return
+        future.add_done_callback(lambda f: _log_release_failure(name, f))
 
     def pull_here(
         self,
@@ -754,8 +792,25 @@ def _parse_subscription(entry: cat.Entry) -> Subscription:
 
 
 def _copy(source: Future[T], target: Future[T]) -> None:
+    """``source``'s outcome to ``target``, unless either was cancelled (withdrawn)."""
+    if source.cancelled():
+        target.cancel()
+        return
     exc = source.exception()
+    with contextlib.suppress(InvalidStateError):
+        if exc is not None:
+            target.set_exception(exc)
+        else:
+            target.set_result(source.result())
+
+
+def _log_release_failure(name: SubscriptionName, done: Future[dict[str, str]]) -> None:
+    exc = done.exception()
     if exc is not None:
-        target.set_exception(exc)
-    else:
-        target.set_result(source.result())
+        log.info("could not release deliveries of %s: %s", name, exc)
+
+
+def _failed(exc: BaseException) -> Future[Any]:
+    future: Future[Any] = Future()
+    future.set_exception(exc)
+    return future

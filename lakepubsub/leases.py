@@ -33,6 +33,9 @@ HELD = 2  # behind an earlier outstanding message of its ordering key
 
 # Per-ack-id failure reasons, as Pub/Sub's exactly-once ErrorInfo metadata.
 INVALID_ACK_ID = "PERMANENT_FAILURE_INVALID_ACK_ID"
+# The deadline of a change that gives back deliveries no client received (their
+# stream or long poll ended before they were written): ``Planner.release``.
+RELEASE = -1
 
 CURSOR_KEY: Key = (schemas.KIND_CURSOR, 0)
 # StreamingPull leases run this much past the deadline the stream asked for
@@ -239,6 +242,18 @@ class Planner:
                 new = row._replace(deadline_us=deadline_us)
             self.changed[ack.key] = new
         return failures
+
+    def release(self, ack_ids: list[AckId]) -> dict[str, str]:
+        """Give back deliveries that never reached a client: deliverable again now,
+        without back-off, and the attempt they used does not count."""
+        for ack in ack_ids:
+            row = self.row(ack.key) if ack.tag == self.policy.tag else None
+            if row is None or row.delivery_id != ack.delivery_id or row.state != LEASED:
+                continue
+            self.changed[ack.key] = row._replace(
+                state=WAITING, deadline_us=self.now_us, attempt=max(0, row.attempt - 1)
+            )
+        return {}
 
     # -- truncation ------------------------------------------------------------------------
 

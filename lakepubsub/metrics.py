@@ -30,6 +30,11 @@ PEER_UNREACHABLE = Counter(
 )
 PUBLISHED = Counter("lakepubsub_published_messages_total", "Messages published")
 DELIVERED = Counter("lakepubsub_delivered_messages_total", "Messages handed out by pull")
+RELEASED = Counter(
+    "lakepubsub_released_deliveries_total",
+    "Deliveries given back unseen: their pull, stream or long poll ended before they "
+    "reached the client, so they are deliverable again at once",
+)
 ACKED = Counter("lakepubsub_acked_messages_total", "Acknowledgements applied")
 BACKLOG = Gauge(
     "lakepubsub_subscription_backlog_messages",

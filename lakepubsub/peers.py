@@ -47,7 +47,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import grpc
@@ -380,7 +380,9 @@ class Peering:
         except grpc.aio.AioRpcError as exc:
             raise self._failure(member, exc) from None
         except asyncio.CancelledError as exc:
-            raise Unreachable(f"{member.address}: cancelled") from exc
+            if self._stop.is_set():  # peering is ending: the caller does the work itself
+                raise Unreachable(f"{member.address}: cancelled") from exc
+            raise  # the caller withdrew the call (``_then``)
         self._failures.pop(member, None)
         return answer
 
@@ -428,7 +430,12 @@ class Peering:
             }
         )
         metrics.PEER_CALLS.labels("pull").inc()
-        return _then(self._call(member, "Pull", body, wait_s + CALL_MARGIN_S), _deliveries_from_ipc)
+        name = SubscriptionName.parse(subscription)
+        return _then(
+            self._call(member, "Pull", body, wait_s + CALL_MARGIN_S),
+            _deliveries_from_ipc,
+            orphan=lambda got: self._engine.release(name, got),
+        )
 
     def acknowledge(
         self, member: Member, subscription: str, ack_ids: list[str], deadline_s: int | None
@@ -495,15 +502,25 @@ class _Handlers(grpc.GenericRpcHandler):
         doc = orjson.loads(body)
         name = SubscriptionName.parse(doc["subscription"])
         engine = self._peering._engine
-        got = await self._answer(
-            context,
-            lambda: engine.pull_here(
-                name,
-                max_messages=int(doc["max_messages"]),
-                wait_s=float(doc["wait_s"]),
-                ack_deadline_s=doc["ack_deadline_s"],
-            ),
-        )
+        started: list[Future[list[ReceivedMessage]]] = []
+
+        def pull() -> Future[list[ReceivedMessage]]:
+            started.append(
+                engine.pull_here(
+                    name,
+                    max_messages=int(doc["max_messages"]),
+                    wait_s=float(doc["wait_s"]),
+                    ack_deadline_s=doc["ack_deadline_s"],
+                )
+            )
+            return started[0]
+
+        try:
+            got = await self._answer(context, pull)
+        except asyncio.CancelledError:  # the caller withdrew its pull
+            if started:
+                engine.withdraw(name, started[0])
+            raise
         return _deliveries_to_ipc(got or [])
 
     async def _ack(self, body: bytes, context: _Context) -> bytes:
@@ -567,16 +584,34 @@ def _done(value: T) -> Future[T]:
     return future
 
 
-def _then(source: Future[bytes], convert: Callable[[bytes], T]) -> Future[T]:
+def _then(
+    source: Future[bytes],
+    convert: Callable[[bytes], T],
+    *,
+    orphan: Callable[[T], None] | None = None,
+) -> Future[T]:
+    """``convert`` of ``source``'s answer. Cancelling the result cancels the call;
+    an answer that arrives for a cancelled result goes to ``orphan``."""
     result: Future[T] = Future()
 
     def done(finished: Future[bytes]) -> None:
+        if finished.cancelled():
+            result.cancel()
+            return
         try:
-            result.set_result(convert(finished.result()))
+            value = convert(finished.result())
         except BaseException as exc:
-            result.set_exception(exc)
+            with contextlib.suppress(InvalidStateError):
+                result.set_exception(exc)
+            return
+        try:
+            result.set_result(value)
+        except InvalidStateError:
+            if orphan is not None:
+                orphan(value)
 
     source.add_done_callback(done)
+    result.add_done_callback(lambda r: r.cancelled() and source.cancel())
     return result
 
 

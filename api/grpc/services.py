@@ -235,7 +235,7 @@ async def pull(door: GrpcDoor, request: Any, call: Call) -> Message:
         request.max_messages,
         request.return_immediately,
     )
-    received = await asyncio.wrap_future(future)
+    received = await subscriptions.pulled(door.engine, name, future)
     response = pb(ps.PullResponse)()
     add_received(response.received_messages, received, attempts=attempts)  # type: ignore[attr-defined]
     return response

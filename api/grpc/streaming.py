@@ -11,8 +11,17 @@ through the unary Acknowledge and ModifyAckDeadline calls of this process
 (``Streams`` routes those to the stream that delivered the ack id; a process
 that never sees them frees the room when the lease expires).
 
-Nothing about delivery is decided here: a stream closed mid-lease leaves its
-leases to expire and be delivered again, as a unary pull's would.
+A stream that ends, however it ends, withdraws its waiting pull from the
+dispatcher and releases what it was given but never wrote to the client
+(``Engine.withdraw``, ``Engine.release``): those messages are deliverable again
+at once. What it wrote and the client did not settle follows the client's own
+protocol (Google's clients nack what they hold when they shut down cleanly; a
+vanished client's leases run out).
+
+Keepalive: a client that opens the stream with ``protocol_version`` 1 or more
+(Google's Go and Java clients) sends an empty request about every 30 s and closes
+a stream that answers nothing within 15-20 s; each such ping is answered with an
+empty response, as Pub/Sub does.
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ from prometheus_client import Counter
 
 from api.grpc.door import GRPC_REQUESTS, Call, GrpcDoor, abort, failure_of, parse
 from api.grpc.wire import add_received, subscription_name
-from lakepubsub import constants, errors
+from lakepubsub import Engine, SubscriptionName, constants, errors
 from lakepubsub.ackids import AckId
 from lakepubsub.leases import INVALID_ACK_ID, LEASE_SLACK_US
 from lakepubsub.messages import ReceivedMessage
@@ -61,6 +70,9 @@ DOOR_DEADLINE_CHANGES = Counter(
     "the change would leave the lease as it is (Streams.unchanged)",
 )
 _UNKNOWN = float("-inf")
+# Clients that open a stream with this protocol_version or later expect an answer
+# to their keepalive pings (empty requests).
+PING_PROTOCOL_VERSION = 1
 
 
 class Streams:
@@ -201,6 +213,12 @@ class Stream:
         self._soonest = float("inf")
         self.room_changed = asyncio.Event()
         self._write_lock = asyncio.Lock()
+        self.answers_pings = first.protocol_version >= PING_PROTOCOL_VERSION
+        # The dispatcher's answer to the pull under way, until the stream takes it,
+        # and deliveries taken but not yet written: what the stream gives back if it
+        # ends first.
+        self._pending: Future[list[ReceivedMessage]] | None = None
+        self._unsent: list[ReceivedMessage] = []
 
     # -- flow control -----------------------------------------------------------------------
 
@@ -277,7 +295,7 @@ class Stream:
                     continue  # the loop ends, or ends the stream; the pull is cancelled then
                 waiting.discard(pulled)
                 received, sent, lease_s = pulled.result()
-                pulled = None
+                pulled, self._pending, self._unsent = None, None, received
                 if not received:
                     continue
                 self._record(received, sent, lease_s)
@@ -289,8 +307,24 @@ class Stream:
             reader.result()  # the client's request stream ended: re-raise a failure
         finally:
             for task in waiting:
-                task.cancel()  # a pull cancelled here leaves its leases to expire
+                task.cancel()
+            self._give_back()
             self.door.streams.closed(self)
+
+    def _give_back(self) -> None:
+        """The stream ended: withdraw its pull, release what it never wrote."""
+        engine, pending, unsent = self.door.engine, self._pending, self._unsent
+        self._pending, self._unsent = None, []
+        if unsent:
+            self.door.streams.settled([r.ack_id for r in unsent])
+        if pending is None and not unsent:
+            return
+        if engine.lookups_need_no_io():
+            _give_back(engine, self.name, pending, unsent)
+        else:  # the catalog must be read: not on the event loop
+            asyncio.get_running_loop().run_in_executor(
+                None, _give_back, engine, self.name, pending, unsent
+            )
 
     async def _pull(self, room: int) -> tuple[list[ReceivedMessage], float, int]:
         """Deliveries, when the pull was sent (time.monotonic()) and their lease."""
@@ -303,6 +337,7 @@ class Stream:
             future = engine.pull_future(self.name, **kwargs)
         else:
             future = await asyncio.to_thread(engine.pull_future, self.name, **kwargs)
+        self._pending = future
         return await asyncio.wrap_future(future), sent, lease_s
 
     def _record(self, received: list[ReceivedMessage], sent: float, lease_s: int) -> None:
@@ -326,6 +361,7 @@ class Stream:
                 attempts=self.attempts,
             )
             await self._write(response)
+            self._unsent = received[at + constants.MAX_PULL_MESSAGES :]
 
     async def _write(self, response: Any) -> None:
         props = response.subscription_properties
@@ -336,6 +372,8 @@ class Stream:
 
     async def _read(self, requests: AsyncIterator[Any]) -> None:
         async for request in requests:
+            if self.answers_pings and not (request.ack_ids or request.modify_deadline_ack_ids):
+                await self._write(StreamingPullResponse())  # a keepalive ping: pong
             await self._client_request(request)
 
     async def _client_request(self, request: Any) -> None:
@@ -408,6 +446,17 @@ class Stream:
         confirmation.ack_ids.extend(done)
         confirmation.invalid_ack_ids.extend(invalid)
         await self._write(response)
+
+
+def _give_back(
+    engine: Engine,
+    name: SubscriptionName,
+    pending: Future[list[ReceivedMessage]] | None,
+    unsent: list[ReceivedMessage],
+) -> None:
+    if pending is not None:
+        engine.withdraw(name, pending)
+    engine.release(name, unsent)
 
 
 def _deadline(seconds: int) -> int:

@@ -179,8 +179,12 @@ def run(
     count: int,
     ordered: bool = False,
     timeout_s: float = 60.0,
+    rounds: int = 0,
+    idle_s: float = 0.0,
 ) -> Outcome:
-    """Run one built client against ``emulator_host`` and parse the JSON line it prints."""
+    """Run one built client against ``emulator_host`` and parse the JSON line it prints.
+    ``rounds`` and ``idle_s``: the Go program's close-publish-reopen rounds and idle
+    window (tests/clients/go/main.go)."""
     client = CLIENTS[name]
     check_tools(client)
     args = [
@@ -189,6 +193,10 @@ def run(
     ]  # fmt: skip
     if ordered:
         args.append("--ordered")
+    if rounds:
+        args += ["--rounds", str(rounds)]
+    if idle_s:
+        args += ["--idle", str(idle_s)]
     env = {**_tool_env(), "PUBSUB_EMULATOR_HOST": emulator_host}
     try:
         done = subprocess.run(

@@ -3,11 +3,18 @@
 // finds the server through PUBSUB_EMULATOR_HOST.
 //
 //	receive --project P --topic T --subscription S --count N [--ordered] [--timeout SECONDS]
+//	        [--rounds R] [--idle SECONDS]
 //
-// (or PROJECT, TOPIC, SUBSCRIPTION, COUNT, ORDERED=1, TIMEOUT_S in the environment).
-// It prints one JSON line {"published", "received", "distinct", "ordered_ok",
-// "errors"} plus timings (publish_s, receive_s, total_s) and exits 0 when every message arrived (in key order if ordered)
-// and nothing failed.
+// (or PROJECT, TOPIC, SUBSCRIPTION, COUNT, ORDERED=1, TIMEOUT_S, ROUNDS, IDLE_S in the
+// environment). It prints one JSON line {"published", "received", "distinct",
+// "ordered_ok", "errors"} plus timings (publish_s, receive_s, total_s) and exits 0 when
+// every message arrived (in key order if ordered) and nothing failed.
+//
+// Then, R times: shut the subscriber down cleanly, publish one message, start a new
+// subscriber and time how long the message takes to reach it (reopen_s). Then, with
+// --idle, keep a subscriber open on an empty subscription for that long and count the
+// StreamingPull calls it had to open beyond its first (idle_reopened): a server
+// that does not answer the client's keepalive pings gets its streams torn down.
 package main
 
 import (
@@ -18,12 +25,17 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 )
 
@@ -34,14 +46,16 @@ const orderingKeys = 4
 const maxErrorChars = 400
 
 type result struct {
-	Published int      `json:"published"`
-	Received  int      `json:"received"`
-	Distinct  int      `json:"distinct"`
-	OrderedOK *bool    `json:"ordered_ok"`
-	Errors    []string `json:"errors"`
-	PublishS  float64  `json:"publish_s,omitempty"`
-	ReceiveS  float64  `json:"receive_s,omitempty"`
-	TotalS    float64  `json:"total_s"`
+	Published    int       `json:"published"`
+	Received     int       `json:"received"`
+	Distinct     int       `json:"distinct"`
+	OrderedOK    *bool     `json:"ordered_ok"`
+	Errors       []string  `json:"errors"`
+	ReopenS      []float64 `json:"reopen_s"`
+	IdleReopened *int      `json:"idle_reopened"`
+	PublishS     float64   `json:"publish_s,omitempty"`
+	ReceiveS     float64   `json:"receive_s,omitempty"`
+	TotalS       float64   `json:"total_s"`
 }
 
 func seconds(since time.Time) float64 {
@@ -53,6 +67,8 @@ type options struct {
 	count                        int
 	ordered                      bool
 	timeout                      time.Duration
+	rounds                       int
+	idle                         time.Duration
 }
 
 func envOr(name, fallback string) string {
@@ -65,6 +81,8 @@ func envOr(name, fallback string) string {
 func parseOptions() options {
 	count, _ := strconv.Atoi(envOr("COUNT", "500"))
 	timeoutS, _ := strconv.ParseFloat(envOr("TIMEOUT_S", "60"), 64)
+	rounds, _ := strconv.Atoi(envOr("ROUNDS", "0"))
+	idleS, _ := strconv.ParseFloat(envOr("IDLE_S", "0"), 64)
 	ordered := envOr("ORDERED", "") == "1" || envOr("ORDERED", "") == "true"
 	var o options
 	flag.StringVar(&o.project, "project", envOr("PROJECT", "clients"), "project id")
@@ -73,8 +91,11 @@ func parseOptions() options {
 	flag.IntVar(&o.count, "count", count, "messages to publish")
 	flag.BoolVar(&o.ordered, "ordered", ordered, "publish with ordering keys and check key order")
 	flag.Float64Var(&timeoutS, "timeout", timeoutS, "overall deadline, seconds")
+	flag.IntVar(&o.rounds, "rounds", rounds, "close, publish, reopen this many times")
+	flag.Float64Var(&idleS, "idle", idleS, "then stay subscribed, idle, this long (seconds)")
 	flag.Parse()
 	o.timeout = time.Duration(timeoutS * float64(time.Second))
+	o.idle = time.Duration(idleS * float64(time.Second))
 	return o
 }
 
@@ -188,9 +209,25 @@ func (st *state) orderedOK() bool {
 	return true
 }
 
+// streamCounter counts the StreamingPull calls the client opens (a gRPC stats handler).
+type streamCounter struct{ opened atomic.Int64 }
+
+func (c *streamCounter) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
+	if strings.HasSuffix(info.FullMethodName, "/StreamingPull") {
+		c.opened.Add(1)
+	}
+	return ctx
+}
+func (c *streamCounter) HandleRPC(context.Context, stats.RPCStats) {}
+func (c *streamCounter) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return ctx
+}
+func (c *streamCounter) HandleConn(context.Context, stats.ConnStats) {}
+
 func run(ctx context.Context, st *state) {
 	o := st.o
-	client, err := pubsub.NewClient(ctx, o.project)
+	streams := &streamCounter{}
+	client, err := pubsub.NewClient(ctx, o.project, option.WithGRPCDialOption(grpc.WithStatsHandler(streams)))
 	if err != nil {
 		st.fail("client: %s", describe(err))
 		return
@@ -259,14 +296,83 @@ func run(ctx context.Context, st *state) {
 	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		st.fail("receive: %s", describe(err))
 	}
+	for round := 1; round <= o.rounds && ctx.Err() == nil; round++ {
+		st.enter(fmt.Sprintf("round %d", round))
+		reopen(ctx, st, client, topicName, subName, round)
+	}
+	if o.idle > 0 && ctx.Err() == nil {
+		st.enter("idle")
+		idle(ctx, st, client, subName, streams)
+	}
 	st.enter("close")
 }
+
+// reopen publishes one message with no subscriber open (the last one shut down
+// cleanly), then times a new subscriber's wait for it.
+func reopen(ctx context.Context, st *state, client *pubsub.Client, topicName, subName string, round int) {
+	publisher := client.Publisher(topicName)
+	data := fmt.Sprintf("round-%d", round)
+	_, err := publisher.Publish(ctx, &pubsub.Message{Data: []byte(data)}).Get(ctx)
+	publisher.Stop()
+	if err != nil {
+		st.fail("round %d publish: %s", round, describe(err))
+		return
+	}
+	started := time.Now()
+	rctx, cancel := context.WithTimeout(ctx, roundTimeout)
+	defer cancel()
+	got := false
+	err = client.Subscriber(subName).Receive(rctx, func(_ context.Context, m *pubsub.Message) {
+		m.Ack()
+		if string(m.Data) == data {
+			st.mu.Lock()
+			if !got {
+				got = true
+				st.res.ReopenS = append(st.res.ReopenS, seconds(started))
+			}
+			st.mu.Unlock()
+			cancel()
+		}
+	})
+	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		st.fail("round %d receive: %s", round, describe(err))
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !got {
+		st.res.Errors = append(st.res.Errors, fmt.Sprintf("round %d: %q not received within %s", round, data, roundTimeout))
+	}
+}
+
+// idle keeps a subscriber open with nothing to receive and counts the streams it
+// opened beyond the first.
+func idle(ctx context.Context, st *state, client *pubsub.Client, subName string, streams *streamCounter) {
+	before := streams.opened.Load()
+	ictx, cancel := context.WithTimeout(ctx, st.o.idle)
+	defer cancel()
+	err := client.Subscriber(subName).Receive(ictx, func(_ context.Context, m *pubsub.Message) { m.Ack() })
+	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		st.fail("idle receive: %s", describe(err))
+	}
+	opened := int(streams.opened.Load() - before)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	reopened := max(0, opened-receiveStreams)
+	st.res.IdleReopened = &reopened
+}
+
+// roundTimeout: how long a round waits for its message (the test asserts far less).
+const roundTimeout = 20 * time.Second
+
+// receiveStreams: the StreamingPull calls one Receive opens at first (the client's
+// default NumGoroutines).
+const receiveStreams = 1
 
 // closeGrace: how long past the deadline shutdown may take before the run counts as hung.
 const closeGrace = 10 * time.Second
 
 func main() {
-	st := &state{o: parseOptions(), res: result{Errors: []string{}}, seen: map[int]bool{}, started: time.Now()}
+	st := &state{o: parseOptions(), res: result{Errors: []string{}, ReopenS: []float64{}}, seen: map[int]bool{}, started: time.Now()}
 	ctx, cancel := context.WithTimeout(context.Background(), st.o.timeout)
 	defer cancel()
 	time.AfterFunc(st.o.timeout+closeGrace, func() {
