@@ -89,15 +89,48 @@ async def _submit(engine: Engine, work: Callable[..., T], *args: Any) -> T:
     return await run_in_threadpool(work, *args)
 
 
-def start_pull(
-    engine: Engine, name: SubscriptionName, max_messages: int, return_immediately: bool
-) -> tuple[Future[list[ReceivedMessage]], bool]:
-    """A pull under way (both doors), and whether its deliveries report their attempt
-    (``Subscription.reports_delivery_attempts``; the pull just looked the subscription up)."""
-    future = engine.pull_future(
-        name, max_messages=max_messages, return_immediately=return_immediately
-    )
-    return future, engine.get_subscription(name, fresh=False).reports_delivery_attempts
+async def start_pull(
+    engine: Engine,
+    name: SubscriptionName,
+    *,
+    max_messages: int,
+    return_immediately: bool = False,
+    ack_deadline_s: int | None = None,
+) -> Future[list[ReceivedMessage]]:
+    """A pull under way (every door): started inline when the catalog is cached, else
+    on a worker thread (it reads storage). A caller cancelled while the pull starts
+    withdraws it once started, so it strands nothing."""
+
+    def start() -> Future[list[ReceivedMessage]]:
+        return engine.pull_future(
+            name,
+            max_messages=max_messages,
+            return_immediately=return_immediately,
+            ack_deadline_s=ack_deadline_s,
+        )
+
+    if engine.lookups_need_no_io():
+        return start()
+    starting = asyncio.ensure_future(asyncio.to_thread(start))
+    try:
+        return await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        starting.add_done_callback(lambda task: _withdraw_started(engine, name, task))
+        raise
+
+
+def _withdraw_started(
+    engine: Engine, name: SubscriptionName, task: asyncio.Future[Future[list[ReceivedMessage]]]
+) -> None:
+    if not task.cancelled() and task.exception() is None:
+        engine.withdraw(name, task.result())
+
+
+def reports_attempts(engine: Engine, name: SubscriptionName) -> bool:
+    """Whether deliveries of ``name`` carry their attempt (``Subscription.
+    reports_delivery_attempts``); a pull just looked the subscription up, so the
+    cached catalog answers."""
+    return engine.get_subscription(name, fresh=False).reports_delivery_attempts
 
 
 async def pulled(
@@ -138,9 +171,10 @@ async def pull(
     name = SubscriptionName(project, subscription)
     if body.max_messages <= 0:
         raise errors.InvalidArgument("maxMessages must be a positive number")
-    future, attempts = await _submit(
-        engine, start_pull, engine, name, body.max_messages, body.return_immediately
+    future = await start_pull(
+        engine, name, max_messages=body.max_messages, return_immediately=body.return_immediately
     )
+    attempts = reports_attempts(engine, name)
     gone = asyncio.ensure_future(_disconnect(request))
     try:
         received = await pulled(engine, name, future, gone)

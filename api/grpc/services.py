@@ -228,13 +228,13 @@ async def pull(door: GrpcDoor, request: Any, call: Call) -> Message:
     """Lease messages; waits for some unless ``return_immediately``."""
     name = subscription_name(request.subscription)
     await call.check("pull", _sub_params(name))
-    future, attempts = await asyncio.to_thread(
-        subscriptions.start_pull,
+    future = await subscriptions.start_pull(
         door.engine,
         name,
-        request.max_messages,
-        request.return_immediately,
+        max_messages=request.max_messages,
+        return_immediately=request.return_immediately,
     )
+    attempts = subscriptions.reports_attempts(door.engine, name)
     received = await subscriptions.pulled(door.engine, name, future)
     response = pb(ps.PullResponse)()
     add_received(response.received_messages, received, attempts=attempts)  # type: ignore[attr-defined]

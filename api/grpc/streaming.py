@@ -39,6 +39,7 @@ from prometheus_client import Counter
 
 from api.grpc.door import GRPC_REQUESTS, Call, GrpcDoor, abort, failure_of, parse
 from api.grpc.wire import add_received, subscription_name
+from api.subscriptions import start_pull
 from lakepubsub import Engine, SubscriptionName, constants, errors
 from lakepubsub.ackids import AckId
 from lakepubsub.leases import INVALID_ACK_ID, LEASE_SLACK_US
@@ -328,15 +329,11 @@ class Stream:
 
     async def _pull(self, room: int) -> tuple[list[ReceivedMessage], float, int]:
         """Deliveries, when the pull was sent (time.monotonic()) and their lease."""
-        engine = self.door.engine
-        future: Future[list[ReceivedMessage]]
         lease_s = self._lease_s()
-        kwargs: dict[str, Any] = {"max_messages": room, "ack_deadline_s": lease_s}
         sent = time.monotonic()
-        if engine.lookups_need_no_io():  # the catalog is cached: no storage read here
-            future = engine.pull_future(self.name, **kwargs)
-        else:
-            future = await asyncio.to_thread(engine.pull_future, self.name, **kwargs)
+        future = await start_pull(
+            self.door.engine, self.name, max_messages=room, ack_deadline_s=lease_s
+        )
         self._pending = future
         return await asyncio.wrap_future(future), sent, lease_s
 

@@ -183,8 +183,8 @@ def run(
     idle_s: float = 0.0,
 ) -> Outcome:
     """Run one built client against ``emulator_host`` and parse the JSON line it prints.
-    ``rounds`` and ``idle_s``: the Go program's close-publish-reopen rounds and idle
-    window (tests/clients/go/main.go)."""
+    ``rounds`` and ``idle_s``: the Go and Java programs' close-publish-reopen rounds
+    and idle window (their header comments say more)."""
     client = CLIENTS[name]
     check_tools(client)
     args = [

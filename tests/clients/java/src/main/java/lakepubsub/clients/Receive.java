@@ -21,8 +21,13 @@ import com.google.pubsub.v1.ProjectSubscriptionName;
 import com.google.pubsub.v1.PubsubMessage;
 import com.google.pubsub.v1.Subscription;
 import com.google.pubsub.v1.TopicName;
+import io.grpc.CallOptions;
+import io.grpc.Channel;
+import io.grpc.ClientCall;
+import io.grpc.ClientInterceptor;
 import io.grpc.ManagedChannel;
 import io.grpc.ManagedChannelBuilder;
+import io.grpc.MethodDescriptor;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.HashSet;
@@ -32,18 +37,26 @@ import java.util.Set;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 
 /**
  * Publishes COUNT messages and receives them back through StreamingPull with the unmodified Java
  * client, wired to PUBSUB_EMULATOR_HOST the way Google documents for the emulator (plaintext
  * channel, no credentials).
  *
- * <pre>java -jar receive.jar --project P --topic T --subscription S --count N [--ordered] [--timeout 60]</pre>
+ * <pre>java -jar receive.jar --project P --topic T --subscription S --count N [--ordered] [--timeout 60]
+ *     [--rounds R] [--idle SECONDS]</pre>
  *
- * <p>(or PROJECT, TOPIC, SUBSCRIPTION, COUNT, ORDERED=1, TIMEOUT_S in the environment). Prints one
- * JSON line {"published", "received", "distinct", "ordered_ok", "errors"} plus timings (publish_s,
- * receive_s, total_s) and exits 0 when every
- * message arrived (in key order if ordered) and nothing failed.
+ * <p>(or PROJECT, TOPIC, SUBSCRIPTION, COUNT, ORDERED=1, TIMEOUT_S, ROUNDS, IDLE_S in the
+ * environment). Prints one JSON line {"published", "received", "distinct", "ordered_ok", "errors"}
+ * plus timings (publish_s, receive_s, total_s) and exits 0 when every message arrived (in key order
+ * if ordered) and nothing failed.
+ *
+ * <p>Then, R times: with the last subscriber shut down cleanly, publish one message, start a new
+ * subscriber and time how long the message takes to reach it (reopen_s). Then, with --idle, keep a
+ * subscriber open on an empty subscription that long and count the StreamingPull calls opened
+ * after its first ones settled (idle_reopened): a server that leaves the client's keepalive pings
+ * unanswered gets its streams torn down.
  */
 public final class Receive {
   /** Message i with i % 5 != 0 gets key "k(i % 4)"; the rest none. */
@@ -52,6 +65,10 @@ public final class Receive {
   private static final int MAX_ERROR_CHARS = 400;
   /** How long past the deadline shutdown may take before the run counts as hung. */
   private static final long CLOSE_GRACE_MS = 10_000;
+  /** How long a round waits for its message (the test asserts far less). */
+  private static final long ROUND_TIMEOUT_MS = 20_000;
+  /** Streams a subscriber opens at first are counted once this long after it started. */
+  private static final long IDLE_SETTLE_MS = 5_000;
 
   private final String project;
   private final String topic;
@@ -60,6 +77,12 @@ public final class Receive {
   private final boolean ordered;
   private final long timeoutMs;
   private final long deadline;
+  private final int rounds;
+  private final long idleMs;
+  private final AtomicInteger streamsOpened = new AtomicInteger();
+  private final List<Double> reopenS = new ArrayList<>();
+  private Integer idleReopened;
+  private final CountDownLatch finished = new CountDownLatch(1);
 
   private final Object lock = new Object();
   private final List<String> errors = new ArrayList<>();
@@ -82,6 +105,8 @@ public final class Receive {
     ordered = Set.of("1", "true").contains(opts.getOrDefault("ordered", ""));
     timeoutMs = (long) (Double.parseDouble(opts.getOrDefault("timeout", "60")) * 1000);
     deadline = System.currentTimeMillis() + timeoutMs;
+    rounds = Integer.parseInt(opts.getOrDefault("rounds", "0"));
+    idleMs = (long) (Double.parseDouble(opts.getOrDefault("idle", "0")) * 1000);
   }
 
   private static Map<String, String> options(String[] args) {
@@ -89,6 +114,7 @@ public final class Receive {
     String[][] env = {
       {"project", "PROJECT"}, {"topic", "TOPIC"}, {"subscription", "SUBSCRIPTION"},
       {"count", "COUNT"}, {"ordered", "ORDERED"}, {"timeout", "TIMEOUT_S"},
+      {"rounds", "ROUNDS"}, {"idle", "IDLE_S"},
     };
     for (String[] pair : env) {
       String value = System.getenv(pair[1]);
@@ -131,7 +157,8 @@ public final class Receive {
       fail("PUBSUB_EMULATOR_HOST is not set");
       return;
     }
-    ManagedChannel channel = ManagedChannelBuilder.forTarget(host).usePlaintext().build();
+    ManagedChannel channel =
+        ManagedChannelBuilder.forTarget(host).usePlaintext().intercept(countStreams()).build();
     try {
       TransportChannelProvider channels =
           FixedTransportChannelProvider.create(GrpcTransportChannel.create(channel));
@@ -233,8 +260,107 @@ public final class Receive {
       } catch (IllegalStateException e) {
         // failed already: the listener recorded why
       }
+      for (int round = 1; round <= rounds; round++) {
+        enter("round " + round);
+        reopen(channels, credentials, topicName, subName, round);
+      }
+      if (idleMs > 0) {
+        enter("idle");
+        idle(channels, credentials, subName);
+      }
+      enter("close");
     } finally {
       channel.shutdownNow();
+    }
+  }
+
+  /** Counts the StreamingPull calls made on the channel. */
+  private ClientInterceptor countStreams() {
+    return new ClientInterceptor() {
+      @Override
+      public <Q, R> ClientCall<Q, R> interceptCall(
+          MethodDescriptor<Q, R> method, CallOptions options, Channel next) {
+        if (method.getFullMethodName().endsWith("/StreamingPull")) {
+          streamsOpened.incrementAndGet();
+        }
+        return next.newCall(method, options);
+      }
+    };
+  }
+
+  private Subscriber subscriber(
+      TransportChannelProvider channels,
+      CredentialsProvider credentials,
+      ProjectSubscriptionName subName,
+      MessageReceiver receiver) {
+    return Subscriber.newBuilder(subName, receiver)
+        .setChannelProvider(channels)
+        .setCredentialsProvider(credentials)
+        .build();
+  }
+
+  /** Publishes one message with no subscriber open, then times a new subscriber's wait for it. */
+  private void reopen(
+      TransportChannelProvider channels,
+      CredentialsProvider credentials,
+      TopicName topicName,
+      ProjectSubscriptionName subName,
+      int round)
+      throws Exception {
+    String data = "round-" + round;
+    Publisher publisher =
+        Publisher.newBuilder(topicName)
+            .setChannelProvider(channels)
+            .setCredentialsProvider(credentials)
+            .build();
+    try {
+      publisher.publish(PubsubMessage.newBuilder().setData(ByteString.copyFromUtf8(data)).build()).get();
+    } catch (ExecutionException e) {
+      fail("round " + round + " publish: " + describe(e));
+      return;
+    } finally {
+      publisher.shutdown();
+      publisher.awaitTermination(10, TimeUnit.SECONDS);
+    }
+    CountDownLatch got = new CountDownLatch(1);
+    long started = System.currentTimeMillis();
+    Subscriber subscriber =
+        subscriber(
+            channels,
+            credentials,
+            subName,
+            (message, consumer) -> {
+              consumer.ack();
+              if (message.getData().toStringUtf8().equals(data) && got.getCount() > 0) {
+                synchronized (lock) {
+                  reopenS.add(seconds(started));
+                }
+                got.countDown();
+              }
+            });
+    subscriber.startAsync().awaitRunning();
+    if (!got.await(ROUND_TIMEOUT_MS, TimeUnit.MILLISECONDS)) {
+      fail("round " + round + ": \"" + data + "\" not received within " + ROUND_TIMEOUT_MS / 1000 + " s");
+    }
+    subscriber.stopAsync().awaitTerminated(CLOSE_GRACE_MS, TimeUnit.MILLISECONDS);
+  }
+
+  /** Keeps a subscriber open with nothing to receive; counts the streams it reopened. */
+  private void idle(
+      TransportChannelProvider channels,
+      CredentialsProvider credentials,
+      ProjectSubscriptionName subName)
+      throws Exception {
+    Subscriber subscriber =
+        subscriber(channels, credentials, subName, (message, consumer) -> consumer.ack());
+    subscriber.startAsync().awaitRunning();
+    Thread.sleep(Math.min(IDLE_SETTLE_MS, idleMs));
+    int settled = streamsOpened.get();
+    Thread.sleep(Math.max(0, idleMs - IDLE_SETTLE_MS));
+    int reopened = streamsOpened.get() - settled;
+    subscriber.stopAsync().awaitTerminated(CLOSE_GRACE_MS, TimeUnit.MILLISECONDS);
+    synchronized (lock) {
+      idleReopened = reopened;
     }
   }
 
@@ -303,6 +429,8 @@ public final class Receive {
         line.append(i == 0 ? "" : ", ").append(jsonString(errors.get(i)));
       }
       line.append("]");
+      line.append(", \"reopen_s\": ").append(reopenS);
+      line.append(", \"idle_reopened\": ").append(idleReopened == null ? "null" : idleReopened);
       if (publishS != null) {
         line.append(", \"publish_s\": ").append(publishS);
       }
@@ -352,9 +480,11 @@ public final class Receive {
                 if (!receive.allSeen.await(receive.timeoutMs, TimeUnit.MILLISECONDS)) {
                   receive.report();
                 }
-                Thread.sleep(CLOSE_GRACE_MS);
-                receive.fail("shutdown hung for " + CLOSE_GRACE_MS / 1000 + " s");
-                receive.report();
+                long left = Math.max(0, receive.deadline - System.currentTimeMillis());
+                if (!receive.finished.await(left + CLOSE_GRACE_MS, TimeUnit.MILLISECONDS)) {
+                  receive.fail("hung " + CLOSE_GRACE_MS / 1000 + " s past the deadline");
+                  receive.report();
+                }
               } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
               }
@@ -370,6 +500,7 @@ public final class Receive {
       }
       receive.fail(stage + ": " + describe(e));
     }
+    receive.finished.countDown();
     receive.report();
   }
 }
