@@ -36,6 +36,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 fmt: install
 	$(BIN)/ruff format .

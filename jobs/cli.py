@@ -34,7 +34,6 @@ from lakepubsub.scheduler import (
     default_progress,
 )
 
-JOB_NAMES = ("compact", "truncate", "gc", "batch-consume", "stream-consume")
 MIB = 1024 * 1024
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # Cells of `lakepubsub sql` output longer than this are cut (``--wide`` keeps them);

@@ -25,9 +25,8 @@ DEFAULT_EXACTLY_ONCE_ACK_DEADLINE_S = 60
 MIN_ACK_DEADLINE_S = 10
 MAX_ACK_DEADLINE_S = 600
 
-# Message retention bounds (10 minutes to 31 days) and Pub/Sub's default (7 days).
+# The shortest message retention Pub/Sub accepts (10 minutes), and its default (7 days).
 MIN_RETENTION_S = 600
-MAX_RETENTION_S = 31 * 24 * 3600
 DEFAULT_RETENTION_S = 7 * 24 * 3600
 # A topic created without messageRetentionDuration still keeps its messages this
 # long in the lake, for Spark SQL and replay (Pub/Sub's longest default, 7 days);

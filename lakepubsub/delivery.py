@@ -108,6 +108,8 @@ MAX_SCAN_PER_CYCLE = 100_000
 # assumes at least this pass rate (a filter that passed nothing lately).
 SCAN_MARGIN = 1.1
 MIN_PASS_RATE = 1 / 64
+# The backlog gauge (metrics.BACKLOG) is computed at most this often per subscription.
+BACKLOG_EVERY_S = 1.0
 
 
 class Dispatcher:
@@ -134,6 +136,7 @@ class Dispatcher:
         self._filter: tuple[str, Filter] | None = None
         self._pass_rate: float | None = None  # share of scanned messages the filter passed
         self._contended_until = 0.0
+        self._backlog_due = 0.0
         self._cond = threading.Condition()
         self._pulls: list[PullRequest] = []
         self._acks: list[AckRequest] = []
@@ -379,8 +382,31 @@ class Dispatcher:
             _apply_pull_deadlines(planner, [c for c, _ in claims], pulls)
         if planner.dirty:
             table.commit(planner)
+        self._observe(planner, messages, ack_results, acks)
         deliveries = [_received(claim, message) for claim, message in claims]
         return ack_results, events, deliveries
+
+    def _observe(
+        self,
+        planner: Planner,
+        messages: MessagesTable,
+        ack_results: list[dict[str, str]],
+        acks: list[AckRequest],
+    ) -> None:
+        """Metrics of a committed cycle: acks applied, and (at most every
+        BACKLOG_EVERY_S) the subscription's backlog."""
+        metrics.ACKED.inc(
+            sum(
+                len(r.ack_ids) - len(f)
+                for r, f in zip(acks, ack_results, strict=True)
+                if r.deadline_s is None
+            )
+        )
+        now = time.monotonic()
+        if now >= self._backlog_due:
+            self._backlog_due = now + BACKLOG_EVERY_S
+            backlog = messages.head() - planner.cursor.frontier + planner.outstanding()
+            metrics.BACKLOG.labels(self.subscription.name.path).set(backlog)
 
     def _truncate(
         self, planner: Planner, messages: MessagesTable, request: TruncateRequest

@@ -250,9 +250,6 @@ class Principal:
         return self.grants.get(project, frozenset()) | self.grants.get("*", frozenset())
 
 
-ANONYMOUS = Principal()
-
-
 # -- the store ----------------------------------------------------------------------------
 
 

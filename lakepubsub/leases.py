@@ -382,12 +382,15 @@ class Planner:
             return row.deadline_us + self.policy.backoff_us(row.attempt)
         return row.deadline_us
 
-    def next_wakeup_us(self) -> int | None:
-        """When the earliest outstanding row becomes deliverable, if any."""
-        times = [
-            self._available_at(r) for r in self.state.rows.values() if r.state in (LEASED, WAITING)
-        ]
-        return min(times, default=None)
+    def outstanding(self) -> int:
+        """Messages outstanding (not acknowledged, below the frontier) with this plan's
+        changes applied."""
+        count = self.state.outstanding()
+        rows = self.state.rows
+        for key, new in self.changed.items():
+            if key[0] == schemas.KIND_MESSAGE and (new is None) == (key in rows):
+                count += -1 if new is None else 1
+        return count
 
     def lease(self, row: Row) -> Claim:
         """Hand ``row`` out now: a new delivery id, one more attempt, a fresh deadline."""

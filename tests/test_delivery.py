@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+from prometheus_client import REGISTRY
 
 from lakepubsub import (
     Engine,
@@ -17,6 +18,7 @@ from lakepubsub import (
     TopicName,
     errors,
 )
+from lakepubsub.delivery import BACKLOG_EVERY_S
 from lakepubsub.leases import LeaseState
 
 TOPIC = TopicName("proj", "work")
@@ -249,3 +251,23 @@ def test_idle_long_polls_keep_the_subscription_active(lake) -> None:  # type: ig
         now[0] += 2 * 3600 * 1_000_000
         assert engine.pull(SUB, max_messages=1) == []
         assert engine.subscription_state(SUB).cursor.active_us == now[0] > before
+
+
+def test_ack_and_backlog_metrics(engine: Engine, sub: SubscriptionName) -> None:
+    def acked() -> float:
+        return REGISTRY.get_sample_value("lakepubsub_acked_messages_total") or 0.0
+
+    def backlog() -> float | None:
+        return REGISTRY.get_sample_value(
+            "lakepubsub_subscription_backlog_messages", {"subscription": sub.path}
+        )
+
+    publish(engine, 5)
+    before = acked()
+    got = engine.pull(sub, max_messages=3)
+    engine.acknowledge(sub, [r.ack_id for r in got[:2]])
+    assert acked() - before == 2
+    time.sleep(BACKLOG_EVERY_S + 0.1)
+    engine.pull(sub, max_messages=1, return_immediately=True)  # a cycle past the interval
+    # 5 published, 2 acknowledged; the third pulled one and the one just pulled are out.
+    assert backlog() == 3

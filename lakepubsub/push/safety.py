@@ -51,11 +51,6 @@ class Origin:
     host: str  # lower-case host name, or an IP literal without brackets
     port: int
 
-    @property
-    def host_header(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return host if self.port == DEFAULT_PORTS[self.scheme] else f"{host}:{self.port}"
-
 
 @dataclass(frozen=True)
 class Endpoint:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,7 +14,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 import lakepubsub
 from lakepubsub import constants
-from lakepubsub.cli_backend import (
+from lakepubsub.cli.backend import (
     STORAGE_HINT,
     CliError,
     backend,
@@ -423,7 +422,7 @@ def _paged(ctx: click.Context, path: str, field: str) -> Iterator[Any]:
 
 
 def _add_message_commands() -> None:
-    from lakepubsub.cli_messages import COMMANDS
+    from lakepubsub.cli.messages import COMMANDS
 
     for command in COMMANDS:
         main.add_command(command)
@@ -440,6 +439,3 @@ def _add_spark_commands() -> None:
 
 _add_message_commands()
 _add_spark_commands()
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from lakepubsub import constants
-from lakepubsub.cli_backend import CliError, backend, none_found, pairs, project_id
+from lakepubsub.cli.backend import CliError, backend, none_found, pairs, project_id
 
 # A publish request's JSON carries data in base64 (4/3) plus framing; keep each one
 # well under the server's body limit as well as Pub/Sub's 10 MB of message bytes.

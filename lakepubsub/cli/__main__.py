@@ -1,0 +1,7 @@
+"""``python -m lakepubsub.cli``."""
+
+import sys
+
+from lakepubsub.cli import main
+
+sys.exit(main())
