@@ -48,7 +48,7 @@ test: lint spark-jars
 # delta-spark and hadoop-aws for Spark: fetched by Ivy once per machine, then
 # named by file (docs/spark.md); a no-op when they are cached.
 spark-jars: install
-	$(BIN)/python -m lakepubsub.spark.jars
+	$(BIN)/python -m lakepubsub.spark.fetch
 
 # The side-by-side benchmark (lakepubsub over REST vs NATS JetStream) and the
 # library-level one; bench/README.md documents both.

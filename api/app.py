@@ -15,6 +15,7 @@ from api import auth, docs, errors, models, schemas, snapshots, subscriptions, t
 from api.deps import EngineDep, json_response
 from api.fast import FastRoutes
 from api.grpc import GrpcDoor, oneport
+from api.grpc.services import handlers
 from api.middleware import Admission, LimitBody, Metrics
 from lakepubsub import Engine, Settings, heap, push
 from lakepubsub.peers import Peering
@@ -51,7 +52,7 @@ def create_app(engine: Engine | None = None, *, grpc: bool | None = None) -> Fas
             app.state.push = await run_in_threadpool(push.start_from_env, app.state.engine)
         app.state.grpc = None
         if serve_grpc:
-            app.state.grpc = GrpcDoor(app.state)
+            app.state.grpc = GrpcDoor(app.state, handlers)
             await run_in_threadpool(app.state.grpc.start)
             oneport.install(app.state.grpc)
         if engine is None:  # a server process: its start-up heap is done

@@ -46,20 +46,18 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, InvalidStateError
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import grpc
 import orjson
 import pyarrow as pa
 
 from lakepubsub import errors, metrics, schemas
+from lakepubsub._lake import Lake
 from lakepubsub.messages import ReceivedMessage, TruncationEvent, from_arrow
 from lakepubsub.names import SubscriptionName
-
-if TYPE_CHECKING:
-    from lakepubsub.engine import Engine
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -137,12 +135,40 @@ def _score(uid: str, member_id: str) -> bytes:
     return hashlib.blake2b(f"{uid}/{member_id}".encode(), digest_size=8).digest()
 
 
+class Owner(Protocol):
+    """What peering needs of the engine: the owner's side of each forwarded call.
+    (A protocol, so that peering does not import the engine that uses it.)"""
+
+    lake: Lake
+
+    def lookups_need_no_io(self) -> bool: ...
+
+    def publish_forwarded(self, topic_uid: str, columns: pa.Table) -> Future[list[str]]: ...
+
+    def pull_here(
+        self,
+        name: SubscriptionName,
+        *,
+        max_messages: int,
+        wait_s: float,
+        ack_deadline_s: int | None,
+    ) -> Future[list[ReceivedMessage]]: ...
+
+    def acknowledge_here(
+        self, name: SubscriptionName, ack_ids: list[str], deadline_s: int | None
+    ) -> Future[dict[str, str]]: ...
+
+    def withdraw(self, name: SubscriptionName, pull: Future[list[ReceivedMessage]]) -> None: ...
+
+    def release(self, name: SubscriptionName, received: Sequence[ReceivedMessage]) -> None: ...
+
+
 class Peering:
     """This process's membership, its peer server, and its calls to the others."""
 
     def __init__(
         self,
-        engine: Engine,
+        engine: Owner,
         *,
         bind_host: str = "127.0.0.1",
         advertise_host: str | None = None,
@@ -167,7 +193,7 @@ class Peering:
         self._thread: threading.Thread | None = None
 
     @classmethod
-    def from_env(cls, engine: Engine, environ: dict[str, str] | None = None) -> Peering | None:
+    def from_env(cls, engine: Owner, environ: dict[str, str] | None = None) -> Peering | None:
         """``LAKEPUBSUB_PEERING=false`` turns peering off; ``LAKEPUBSUB_PEER_HOST`` (bind,
         default 127.0.0.1), ``LAKEPUBSUB_PEER_ADVERTISE`` and ``LAKEPUBSUB_PEER_PORT``
         (default: any free port; else the first free one of ``PORT_RANGE`` from it) place

@@ -28,8 +28,10 @@ from pydantic import BaseModel, ValidationError
 
 from api import auth
 from api.errors import invalid_request, rpc_status
+from api.grpc.streams import Streams
 from lakepubsub import constants, errors
 from lakepubsub.iam import Principal
+from lakepubsub.names import validate_project
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,15 @@ SERVER_OPTIONS = [
 M = TypeVar("M", bound=Message)
 T = TypeVar("T", bound=BaseModel)
 Handler = Callable[[Any, Any, "Call"], Awaitable[Message]]
+# Builds the server's method handlers for a door (``api.grpc.services.handlers``).
+HandlerFactory = Callable[["GrpcDoor"], list[grpc.GenericRpcHandler]]
+
+
+def project_of(path: str) -> str:
+    prefix, _, project = path.partition("/")
+    if prefix != "projects" or not project:
+        raise errors.InvalidArgument(f"Invalid project {path!r}: expected projects/{{project}}")
+    return validate_project(project)
 
 
 class Call:
@@ -91,8 +102,9 @@ class GrpcDoor:
     """Serves google.pubsub.v1 and google.iam.v1 on the engine of ``state``
     (the FastAPI app's state: ``engine``, ``policy_view``, ``auth_settings``)."""
 
-    def __init__(self, state: Any) -> None:
+    def __init__(self, state: Any, handlers: HandlerFactory) -> None:
         self.state = state
+        self._handlers = handlers
         self.engine = state.engine
         self.authenticator = auth.Authenticator(state.auth_settings)
         # Local port of a connection forwarded from the public port -> the client's address.
@@ -104,8 +116,6 @@ class GrpcDoor:
         self._ready = threading.Event()
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="grpc-door", daemon=True)
-        from api.grpc.streaming import Streams
-
         self.streams = Streams()
 
     @property
@@ -154,15 +164,13 @@ class GrpcDoor:
             self._ready.set()
 
     async def _main(self) -> None:
-        from api.grpc.services import handlers
-
         self.loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         self.closing = asyncio.Event()
         server = grpc.aio.server(
             options=SERVER_OPTIONS, maximum_concurrent_rpcs=constants.MAX_CONCURRENT_RPCS
         )
-        server.add_generic_rpc_handlers(handlers(self))
+        server.add_generic_rpc_handlers(self._handlers(self))
         self.port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
         self._ready.set()

@@ -14,8 +14,7 @@ from google.pubsub_v1.types import schema as sc
 from starlette.responses import Response
 
 from api import schemas
-from api.grpc.door import Call, GrpcDoor, Handler, as_dict, from_json, validated
-from api.grpc.services import _project
+from api.grpc.door import Call, GrpcDoor, Handler, as_dict, from_json, project_of, validated
 from api.grpc.wire import pb
 from api.models import Model
 from lakepubsub.schema_registry import parse_revision_name
@@ -41,7 +40,7 @@ class _Method:
 def _params(request: Any, where: str) -> dict[str, str]:
     path = getattr(request, where)
     if where == "parent":
-        return {"project": _project(path)}
+        return {"project": project_of(path)}
     name, revision = parse_revision_name(path)
     return {"project": name.project, "schema": f"{name.id}@{revision}" if revision else name.id}
 

@@ -23,12 +23,22 @@ from starlette.responses import Response
 
 from api import auth, convert, snapshots, subscriptions, topics
 from api import models as m
-from api.grpc.door import Call, GrpcDoor, Handler, as_dict, from_json, unary, validated
+from api.grpc.door import (
+    Call,
+    GrpcDoor,
+    Handler,
+    as_dict,
+    from_json,
+    project_of,
+    unary,
+    validated,
+)
+from api.grpc.schema_service import METHODS as SCHEMA_METHODS
 from api.grpc.streaming import streaming_pull_handler
 from api.grpc.wire import add_received, pb, subscription_name, topic_name
 from lakepubsub import batches, errors
 from lakepubsub.iam import Resource
-from lakepubsub.names import SnapshotName, SubscriptionName, TopicName, validate_project
+from lakepubsub.names import SnapshotName, SubscriptionName, TopicName
 
 # The raw protobuf classes (faster than their proto-plus wrappers).
 Topic = pb(ps.Topic)
@@ -39,13 +49,6 @@ Empty = empty_pb2.Empty
 PUBLISHER = "google.pubsub.v1.Publisher"
 SUBSCRIBER = "google.pubsub.v1.Subscriber"
 IAM_POLICY = "google.iam.v1.IAMPolicy"
-
-
-def _project(path: str) -> str:
-    prefix, _, project = path.partition("/")
-    if prefix != "projects" or not project:
-        raise errors.InvalidArgument(f"Invalid project {path!r}: expected projects/{{project}}")
-    return validate_project(project)
 
 
 def _topic_params(name: TopicName) -> dict[str, str]:
@@ -94,7 +97,7 @@ async def get_topic(door: GrpcDoor, request: Any, call: Call) -> Message:
 
 
 async def list_topics(door: GrpcDoor, request: Any, call: Call) -> Message:
-    project = _project(request.project)
+    project = project_of(request.project)
     await call.check("list_topics", {"project": project})
     raw = await _rest(
         topics.list_topics, project, door.engine, request.page_size, request.page_token
@@ -197,7 +200,7 @@ async def update_subscription(door: GrpcDoor, request: Any, call: Call) -> Messa
 
 
 async def list_subscriptions(door: GrpcDoor, request: Any, call: Call) -> Message:
-    project = _project(request.project)
+    project = project_of(request.project)
     await call.check("list_subscriptions", {"project": project})
     raw = await _rest(
         subscriptions.list_subscriptions,
@@ -329,7 +332,7 @@ async def delete_snapshot(door: GrpcDoor, request: Any, call: Call) -> Message:
 
 
 async def list_snapshots(door: GrpcDoor, request: Any, call: Call) -> Message:
-    project = _project(request.project)
+    project = project_of(request.project)
     await call.check("list_snapshots", {"project": project})
     raw = await _rest(
         snapshots.list_snapshots, project, door.engine, request.page_size, request.page_token
@@ -429,8 +432,6 @@ _METHODS: dict[str, dict[str, tuple[type[Message], Handler]]] = {
 
 def handlers(door: GrpcDoor) -> list[grpc.GenericRpcHandler]:
     """Every service's method handlers; an unknown method answers UNIMPLEMENTED."""
-    from api.grpc.schema_service import METHODS as SCHEMA_METHODS
-
     out: list[grpc.GenericRpcHandler] = []
     for service, methods in {**_METHODS, **SCHEMA_METHODS}.items():
         table: dict[str, grpc.RpcMethodHandler[Any, Any]] = {

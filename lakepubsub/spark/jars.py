@@ -5,7 +5,7 @@ The first session on a machine names the Maven packages (``spark.jars.packages``
 Spark's Ivy downloads them with their dependencies into its cache (``~/.ivy2.5.2``)
 and the jar list it resolved is written next to that cache. Later sessions name
 those jar files directly (``spark.jars``): no resolution, no Ivy report on
-stderr, no network. ``python -m lakepubsub.spark.jars`` does the first fetch
+stderr, no network. ``python -m lakepubsub.spark.fetch`` does the first fetch
 ahead of time (``make test`` runs it).
 """
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -113,23 +112,3 @@ def remember(conf: Mapping[str, str], ivy_home: Path | None = None) -> None:
     temporary = path.with_suffix(f".{os.getpid()}.tmp")
     temporary.write_text("\n".join(listed) + "\n")
     os.replace(temporary, path)
-
-
-def main() -> int:
-    """Fetch the jars now (a short local session) unless they are cached; print where they are."""
-    jars = resolved_jars()
-    if jars is None:
-        from lakepubsub.spark.session import local_session
-
-        print(f"fetching {', '.join(packages())} (once per machine)", file=sys.stderr)
-        local_session("lakepubsub-jars", "local[1]").stop()
-        jars = resolved_jars()
-    if jars is None:
-        print("the Spark jars could not be resolved", file=sys.stderr)
-        return 1
-    print(f"{len(jars)} jars listed in {manifest_path()}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

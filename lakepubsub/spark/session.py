@@ -10,6 +10,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from lakepubsub.settings import Settings
+from lakepubsub.spark import jars
 from lakepubsub.spark.tables import s3a_conf
 
 # Small shuffles: lakepubsub's Spark jobs aggregate one topic at a time on a few cores.
@@ -48,9 +49,6 @@ def local_session(
     (``Settings.from_env``); ``tables.read_table`` maps the lake's ``s3://`` URIs.
     Python workers run this interpreter.
     """
-    # Imported here so that ``python -m lakepubsub.spark.jars`` runs it fresh.
-    from lakepubsub.spark import jars
-
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name).master(master)
