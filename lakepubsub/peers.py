@@ -406,9 +406,11 @@ class Peering:
         except grpc.aio.AioRpcError as exc:
             raise self._failure(member, exc) from None
         except asyncio.CancelledError as exc:
-            if self._stop.is_set():  # peering is ending: the caller does the work itself
-                raise Unreachable(f"{member.address}: cancelled") from exc
-            raise  # the caller withdrew the call (``_then``)
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the caller withdrew the call (``_then``)
+            # The call alone was cancelled (its channel closed): not done there.
+            raise Unreachable(f"{member.address}: cancelled") from exc
         self._failures.pop(member, None)
         return answer
 

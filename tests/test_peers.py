@@ -197,3 +197,29 @@ def test_a_lake_that_cannot_be_written_leaves_the_process_serving_alone(
             assert peering.owner("any-uid") is None  # commits here
         finally:
             peering.stop()
+
+
+def test_a_pull_withdrawn_through_the_other_strands_nothing(pair: tuple[Engine, Engine]) -> None:
+    """A long poll forwarded to the owner and withdrawn by its caller leaves the owner's
+    dispatcher; one withdrawn after its answer came back is released on the owner."""
+    owner, other = pair
+    sub = SubscriptionName("proj", "withdrawn")
+    long_lease_s = 600  # a stranded lease would outlast the test
+    owner.create_subscription(Subscription(sub, TOPIC, ack_deadline_s=long_lease_s))
+    waiting = other.pull_future(sub, max_messages=10)
+    time.sleep(0.3)  # the call reached the owner, whose dispatcher waits for messages
+    other.withdraw(sub, waiting)
+    other.publish(TOPIC, [PublishMessage(b"first")])
+    got = other.pull(sub, max_messages=10)
+    assert [r.message.data for r in got if r.message] == [b"first"]
+    assert got[0].delivery_attempt == 1
+    # Answered, then withdrawn (the receiver went away before writing it out).
+    other.withdraw(sub, other.pull_future(sub, max_messages=10))  # nothing there: waits
+    other.publish(TOPIC, [PublishMessage(b"second")])
+    answered = other.pull_future(sub, max_messages=10)
+    second = answered.result(timeout=30)
+    other.withdraw(sub, answered)
+    again = other.pull(sub, max_messages=10)
+    assert [r.message.data for r in again if r.message] == [b"second"]
+    assert [r.message.data for r in second if r.message] == [b"second"]
+    assert again[0].delivery_attempt == 1
