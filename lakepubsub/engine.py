@@ -259,7 +259,8 @@ class Engine:
             try:
                 local = here()
             except BaseException as failure:
-                _copy(_failed(failure), result)
+                with contextlib.suppress(InvalidStateError):  # withdrawn meanwhile
+                    result.set_exception(failure)
                 return
             waiting_on.append(local)
             if result.cancelled() and withdraw is not None:
@@ -808,9 +809,3 @@ def _log_release_failure(name: SubscriptionName, done: Future[dict[str, str]]) -
     exc = done.exception()
     if exc is not None:
         log.info("could not release deliveries of %s: %s", name, exc)
-
-
-def _failed(exc: BaseException) -> Future[Any]:
-    future: Future[Any] = Future()
-    future.set_exception(exc)
-    return future

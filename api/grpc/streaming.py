@@ -205,10 +205,10 @@ class Stream:
         if pending is None and not unsent:
             return
         if engine.lookups_need_no_io():
-            _give_back(engine, self.name, pending, unsent)
+            _withdraw_and_release(engine, self.name, pending, unsent)
         else:  # the catalog must be read: not on the event loop
             asyncio.get_running_loop().run_in_executor(
-                None, _give_back, engine, self.name, pending, unsent
+                None, _withdraw_and_release, engine, self.name, pending, unsent
             )
 
     async def _pull(self, room: int) -> tuple[list[ReceivedMessage], float, int]:
@@ -329,7 +329,7 @@ class Stream:
         await self._write(response)
 
 
-def _give_back(
+def _withdraw_and_release(
     engine: Engine,
     name: SubscriptionName,
     pending: Future[list[ReceivedMessage]] | None,
