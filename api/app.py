@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 import lakepubsub
-from api import auth, docs, errors, models, schemas, snapshots, subscriptions, topics
+from api import auth, console, docs, errors, models, schemas, snapshots, subscriptions, topics
 from api.deps import EngineDep, json_response
 from api.fast import FastRoutes
 from api.grpc import GrpcDoor, oneport
@@ -98,6 +98,7 @@ def create_app(engine: Engine | None = None, *, grpc: bool | None = None) -> Fas
     app.add_middleware(Admission)  # outermost: a refusal costs no other middleware
     _add_operational_routes(app)
     docs.install(app)
+    console.install(app)  # the web console at /console (docs/console.md)
     _document_models(app)
     return app
 

@@ -1,0 +1,262 @@
+"""The console's sampler: every few seconds, what each topic and subscription looks
+like in the lake, kept in bounded rings for the last hour's charts.
+
+It reads the lake, not this process's counters, so the charts show every
+process's traffic on the lake. One thread, started by the first console request
+and stopped after ``IDLE_STOP_S`` without one; a table that did not move since
+the last sample costs one stat (``api/console/tables.py``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from api.console.tables import Footprint, LeaseReader, TopicReader, footprint, leases_out
+from lakepubsub import Engine, errors, schemas
+from lakepubsub import catalog as cat
+from lakepubsub._lake import TableLog
+from lakepubsub.leases import LeaseState
+
+log = logging.getLogger(__name__)
+
+# Charts cover this much history.
+WINDOW_S = 3600.0
+# How often the lake is sampled (LAKEPUBSUB_CONSOLE_SAMPLE_S overrides it).
+SAMPLE_INTERVAL_S = 5.0
+# Sampling stops this long after the last console request (charts then have a gap).
+IDLE_STOP_S = 3600.0
+# Rates are averaged over this much of the newest history.
+RATE_WINDOW_S = 60.0
+# The catalog may be this stale for a sample.
+CATALOG_MAX_STALENESS_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPoint:
+    t: float  # wall-clock seconds
+    head: int
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionPoint:
+    t: float
+    backlog: int  # unacknowledged messages
+    backlog_bytes: int
+    oldest_unacked_s: float  # age of the oldest unacknowledged message; 0 without backlog
+    deliveries: int  # deliveries handed out so far (the cursor's delivery counter)
+    leases_out: int
+
+
+@dataclass
+class Series:
+    """One resource incarnation's samples, oldest first, and its table's size."""
+
+    points: deque[TopicPoint | SubscriptionPoint]
+    size: Footprint | None = None
+    state: LeaseState | None = None  # a subscription's newest lease state (never changed)
+    error: str = ""
+
+
+def rate(points: list[tuple[float, float]], window_s: float = RATE_WINDOW_S) -> float | None:
+    """Per second, over the newest ``window_s`` of a cumulative series."""
+    if len(points) < 2:
+        return None
+    t1, v1 = points[-1]
+    t0, v0 = next(((t, v) for t, v in points if t >= t1 - window_s), points[0])
+    if t1 <= t0:
+        t0, v0 = points[-2]
+    return max(0.0, (v1 - v0) / (t1 - t0)) if t1 > t0 else None
+
+
+def per_second(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """A cumulative series as the rate between consecutive points."""
+    return [
+        (t1, max(0.0, (v1 - v0) / (t1 - t0)))
+        for (t0, v0), (t1, v1) in itertools.pairwise(points)
+        if t1 > t0
+    ]
+
+
+@dataclass
+class _Readers:
+    topics: dict[str, TopicReader] = field(default_factory=dict)
+    leases: dict[str, LeaseReader] = field(default_factory=dict)
+    others: dict[str, TableLog] = field(default_factory=dict)
+
+
+class Sampler:
+    """Samples the lake on a thread of its own; pages read ``series``."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        interval_s: float = SAMPLE_INTERVAL_S,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.engine = engine
+        self.interval_s = interval_s
+        self.capacity = max(2, int(WINDOW_S / interval_s) + 1)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._series: dict[str, Series] = {}  # uid (or table name) -> samples
+        self._readers = _Readers()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._last_request = 0.0
+        self.samples = 0  # completed samples, for tests and the lake page
+        self.last_sample_s = 0.0  # how long the last sample took
+
+    # -- what pages read --------------------------------------------------------------------
+
+    def series(self, uid: str) -> Series | None:
+        with self._lock:
+            return self._series.get(uid)
+
+    def points(self, uid: str) -> list[TopicPoint | SubscriptionPoint]:
+        with self._lock:
+            found = self._series.get(uid)
+            return list(found.points) if found is not None else []
+
+    def touch(self) -> None:
+        """A console request: start sampling if it is not running."""
+        self._last_request = time.monotonic()
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name="console-sampler", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout=10)
+
+    # -- sampling ----------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if time.monotonic() - self._last_request > IDLE_STOP_S:
+                return
+            started = time.monotonic()
+            try:
+                self.sample()
+            except Exception:  # the next sample tries again; pages show the last one
+                log.exception("console sample failed")
+            self.last_sample_s = time.monotonic() - started
+            self._stop.wait(max(0.0, self.interval_s - self.last_sample_s))
+
+    def sample(self) -> None:
+        """Read every topic's head and every subscription's backlog once."""
+        view = self.engine.catalog.view(max_staleness_s=CATALOG_MAX_STALENESS_S)
+        lake = self.engine.lake
+        readers = self._readers
+        now = self._clock()
+        heads: dict[str, int] = {}
+        topics = view.of_kind(cat.TOPIC)
+        for entry in topics:
+            reader = readers.topics.get(entry.uid)
+            try:
+                if reader is None:
+                    reader = readers.topics[entry.uid] = TopicReader(lake, entry.uid)
+                reader.refresh()
+                heads[entry.uid] = reader.head()
+            except errors.LakePubSubError as exc:
+                self._failed(entry.uid, exc)
+                continue
+            self._record(entry.uid, TopicPoint(now, heads[entry.uid]), footprint(reader.log))
+        subscriptions = view.of_kind(cat.SUBSCRIPTION)
+        for entry in subscriptions:
+            topic = readers.topics.get(entry.topic_uid or "")
+            head = heads.get(entry.topic_uid or "")
+            if topic is None or head is None:
+                continue
+            leases = readers.leases.get(entry.uid)
+            try:
+                if leases is None:
+                    leases = readers.leases[entry.uid] = LeaseReader(lake, entry.uid)
+                point = _subscription_point(now, leases, topic, head)
+            except errors.LakePubSubError as exc:
+                self._failed(entry.uid, exc)
+                continue
+            self._record(entry.uid, point, footprint(leases.log), leases.state())
+        self._sample_others()
+        live = {e.uid for e in topics} | {e.uid for e in subscriptions} | set(readers.others)
+        for uid in [u for u in readers.topics if u not in live]:
+            del readers.topics[uid]
+        for uid in [u for u in readers.leases if u not in live]:
+            del readers.leases[uid]
+        with self._lock:
+            for uid in [u for u in self._series if u not in live]:
+                del self._series[uid]
+        self.samples += 1
+
+    def _sample_others(self) -> None:
+        """The catalog and truncation log: their sizes only."""
+        lake = self.engine.lake
+        for name, uri in (("catalog", lake.catalog_uri), ("truncations", lake.truncations_uri)):
+            table = self._readers.others.get(name)
+            try:
+                if table is None:
+                    if not lake.exists(uri):
+                        continue
+                    table = self._readers.others[name] = TableLog(lake, uri)
+                table.tail()
+            except errors.LakePubSubError as exc:
+                self._failed(name, exc)
+                continue
+            with self._lock:
+                self._series.setdefault(name, Series(deque(maxlen=1))).size = footprint(table)
+
+    def _record(
+        self,
+        uid: str,
+        point: TopicPoint | SubscriptionPoint,
+        size: Footprint,
+        state: LeaseState | None = None,
+    ) -> None:
+        with self._lock:
+            series = self._series.get(uid)
+            if series is None:
+                series = self._series[uid] = Series(deque(maxlen=self.capacity))
+            series.points.append(point)
+            series.size = size
+            series.state = state
+            series.error = ""
+
+    def _failed(self, uid: str, exc: Exception) -> None:
+        log.warning("console sample of %s failed: %s", uid, exc)
+        with self._lock:
+            series = self._series.setdefault(uid, Series(deque(maxlen=self.capacity)))
+            series.error = str(exc)
+
+
+def _subscription_point(
+    now: float, leases: LeaseReader, topic: TopicReader, head: int
+) -> SubscriptionPoint:
+    state = leases.state()
+    frontier = state.cursor.frontier
+    outstanding = sorted(k[1] for k in state.rows if k[0] == schemas.KIND_MESSAGE)
+    backlog = len(outstanding) + max(0, head - frontier)
+    oldest_s = 0.0
+    if backlog:
+        floor = outstanding[0] if outstanding else frontier
+        published_us = topic.publish_time_us(floor)
+        if published_us is not None:
+            oldest_s = max(0.0, now - published_us / 1e6)
+    return SubscriptionPoint(
+        t=now,
+        backlog=backlog,
+        backlog_bytes=topic.bytes_of(frontier, head, outstanding) if backlog else 0,
+        oldest_unacked_s=oldest_s,
+        deliveries=state.cursor.next_delivery - 1,
+        leases_out=leases_out(state, int(now * 1e6)),
+    )

@@ -1,0 +1,216 @@
+"""Console pages of subscriptions: the list and one subscription."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import Request
+from starlette.responses import Response
+
+from api.console.access import Viewer
+from api.console.charts import duration, human, line, spark
+from api.console.sampler import WINDOW_S, SubscriptionPoint, per_second, rate
+from api.console.web import (
+    console_of,
+    engine_of,
+    matches,
+    page,
+    rate_text,
+    router,
+    series_of,
+    sub_resource,
+)
+from lakepubsub import catalog as cat
+from lakepubsub import errors, schemas
+from lakepubsub.leases import LEASED
+from lakepubsub.names import SubscriptionName
+from lakepubsub.subscriptions import Subscription
+
+# Leases listed on a subscription's page at most.
+SHOWN_LEASES = 50
+
+
+@router.get("/subscriptions")
+async def subscriptions(request: Request, q: str = "") -> Response:
+    engine = engine_of(request)
+    sampler = console_of(request).sampler(engine)
+
+    def build(v: Viewer) -> tuple[str, dict[str, Any]]:
+        now = time.time()
+        topic_names = {e.uid: f"{e.project}/{e.name}" for e in v.view.of_kind(cat.TOPIC)}
+        rows = []
+        for e in v.view.of_kind(cat.SUBSCRIPTION):
+            topic_name = topic_names.get(e.topic_uid or "", "(deleted topic)")
+            if not matches(q, f"{e.project}/{e.name}", topic_name):
+                continue
+            if not v.may("pubsub.subscriptions.get", sub_resource(e.project, e.name)):
+                continue
+            points = [p for p in sampler.points(e.uid) if isinstance(p, SubscriptionPoint)]
+            last = points[-1] if points else None
+            rows.append(
+                {
+                    "project": e.project,
+                    "id": e.name,
+                    "topic": topic_name,
+                    "backlog": f"{last.backlog:,}" if last else "-",
+                    "backlog_bytes": human(last.backlog_bytes, "B") if last else "-",
+                    "oldest": duration(last.oldest_unacked_s) if last else "-",
+                    "rate": rate_text(rate(series_of(points, "deliveries"))),
+                    "leases_out": f"{last.leases_out:,}" if last else "-",
+                    "spark": spark(
+                        series_of(points, "backlog"), now=now, window_s=WINDOW_S, label="backlog"
+                    ),
+                }
+            )
+        return "subscriptions.html", {
+            "title": "Subscriptions",
+            "rows": rows,
+            "q": q,
+            "live": True,
+            "interval": f"{sampler.interval_s:g}",
+            "sampled": sampler.samples > 0,
+        }
+
+    return await page(request, "subscriptions", build)
+
+
+@router.get("/subscriptions/{project}/{subscription}")
+async def subscription(request: Request, project: str, subscription: str) -> Response:
+    engine = engine_of(request)
+    sampler = console_of(request).sampler(engine)
+
+    def build(v: Viewer) -> tuple[str, dict[str, Any]]:
+        resource = sub_resource(project, subscription)
+        v.require("pubsub.subscriptions.get", resource)
+        entry = v.view.get(cat.SUBSCRIPTION, project, subscription)
+        if entry is None:
+            raise errors.NotFound(
+                f"Subscription does not exist: projects/{project}/subscriptions/{subscription}"
+            )
+        sub = Subscription.from_spec(
+            SubscriptionName(project, subscription),
+            entry.uid,
+            entry.topic_uid or "",
+            entry.created_us,
+            entry.spec,
+        )
+        now = time.time()
+        points = [p for p in sampler.points(entry.uid) if isinstance(p, SubscriptionPoint)]
+        last = points[-1] if points else None
+        state = sampler.series(entry.uid)
+        leases = []
+        lease_state = state.state if state is not None else None
+        if lease_state is not None:
+            leased = sorted(
+                (
+                    r
+                    for (kind, _), r in lease_state.rows.items()
+                    if kind == schemas.KIND_MESSAGE
+                    and r.state == LEASED
+                    and r.deadline_us > now * 1e6
+                ),
+                key=lambda r: r.offset,
+            )
+            for r in leased[:SHOWN_LEASES]:
+                leases.append(
+                    {
+                        "offset": r.offset,
+                        "attempt": r.attempt,
+                        "deadline": duration(max(0.0, r.deadline_us / 1e6 - now)),
+                        "ordering_key": r.ordering_key or "",
+                    }
+                )
+            more = max(0, len(leased) - SHOWN_LEASES)
+        else:
+            more = 0
+        charts = [
+            line(series_of(points, "backlog"), now=now, window_s=WINDOW_S, title="Backlog (msgs)"),
+            line(
+                series_of(points, "backlog_bytes"),
+                now=now,
+                window_s=WINDOW_S,
+                title="Backlog (bytes)",
+                unit="B",
+            ),
+            line(
+                series_of(points, "oldest_unacked_s"),
+                now=now,
+                window_s=WINDOW_S,
+                title="Oldest unacked age (s)",
+            ),
+            line(
+                per_second(series_of(points, "deliveries")),
+                now=now,
+                window_s=WINDOW_S,
+                title="Delivered (msgs/s)",
+            ),
+        ]
+        return "subscription.html", {
+            "title": f"Subscription {project}/{subscription}",
+            "live": True,
+            "may_act": v.may("pubsub.subscriptions.consume", resource),
+            "s": {
+                "name": sub.name.path,
+                "project": project,
+                "id": subscription,
+                "settings": _settings(sub),
+                "backlog": f"{last.backlog:,}" if last else "-",
+                "backlog_bytes": human(last.backlog_bytes, "B") if last else "-",
+                "oldest": duration(last.oldest_unacked_s) if last else "-",
+                "rate": rate_text(rate(series_of(points, "deliveries"))),
+                "leases_out": f"{last.leases_out:,}" if last else "-",
+                "charts": charts,
+                "leases": leases,
+                "more_leases": more,
+            },
+        }
+
+    return await page(request, "subscriptions", build)
+
+
+def _settings(sub: Subscription) -> list[tuple[str, str]]:
+    dead = sub.dead_letter_policy
+    retry = sub.retry_policy
+    trunc = sub.truncation_policy
+    push = sub.push_config
+    truncation = "none"
+    if trunc is not None:
+        parts = []
+        if trunc.max_bytes is not None:
+            parts.append(f"maxBytes {trunc.max_bytes:,}")
+        if trunc.max_age_s is not None:
+            parts.append(f"maxAgeSeconds {trunc.max_age_s:,}")
+        truncation = ", ".join(parts)
+    return [
+        ("Topic", sub.topic.path),
+        (
+            "Delivery",
+            f"push to {push.push_endpoint}" if push.is_push else "pull",
+        ),
+        ("Filter", sub.filter or "none"),
+        ("Ack deadline", f"{sub.ack_deadline_s} s"),
+        (
+            "Dead letter",
+            f"{dead.dead_letter_topic.path} after {dead.max_delivery_attempts} attempts"
+            if dead
+            else "none",
+        ),
+        (
+            "Retry",
+            f"backoff {retry.minimum_backoff_s:g}-{retry.maximum_backoff_s:g} s"
+            if retry
+            else "immediate redelivery",
+        ),
+        ("Exactly once", "on" if sub.enable_exactly_once_delivery else "off"),
+        ("Message ordering", "on" if sub.enable_message_ordering else "off"),
+        ("Truncation policy", truncation),
+        ("Message retention", duration(sub.message_retention_s)),
+        ("Retain acked messages", "yes" if sub.retain_acked_messages else "no"),
+        (
+            "Expires after inactivity",
+            duration(sub.expiration_ttl_s) if sub.expiration_ttl_s else "never",
+        ),
+        ("Detached", "yes" if sub.detached else "no"),
+        ("Labels", ", ".join(f"{k}={val}" for k, val in sorted(sub.labels.items())) or "none"),
+    ]
