@@ -9,7 +9,7 @@ RUN_STAMP := $(VENV)/.run-stamp
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install install-run run test lint fmt spark-jars bench bench-quick chaos chaos-quick deploy-check clean
+.PHONY: install install-run run test lint fmt spark-jars browser-deps bench bench-quick chaos chaos-quick deploy-check clean
 
 install-run: $(RUN_STAMP)
 
@@ -42,8 +42,16 @@ fmt: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-test: lint spark-jars
+test: lint spark-jars browser-deps
 	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+# Headless Chromium and its driver for the console's browser tests (tests/console/):
+# Debian's packages, installed with apt-get when missing (as root, or through sudo).
+browser-deps:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	else echo "==> installing chromium and chromium-driver (apt-get)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium chromium-driver; fi
 
 # delta-spark and hadoop-aws for Spark: fetched by Ivy once per machine, then
 # named by file (docs/spark.md); a no-op when they are cached.

@@ -83,11 +83,23 @@ def per_second(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
     ]
 
 
+@dataclass(frozen=True, slots=True)
+class _Backlog:
+    """A subscription's backlog as of a lease-table version and a topic head."""
+
+    version: int
+    head: int
+    messages: int
+    bytes: int
+    oldest_us: int | None  # publish time of the oldest unacknowledged message
+
+
 @dataclass
 class _Readers:
     topics: dict[str, TopicReader] = field(default_factory=dict)
     leases: dict[str, LeaseReader] = field(default_factory=dict)
     others: dict[str, TableLog] = field(default_factory=dict)
+    backlogs: dict[str, _Backlog] = field(default_factory=dict)
 
 
 class Sampler:
@@ -183,17 +195,21 @@ class Sampler:
             try:
                 if leases is None:
                     leases = readers.leases[entry.uid] = LeaseReader(lake, entry.uid)
-                point = _subscription_point(now, leases, topic, head)
+                state = leases.state()
+                point, readers.backlogs[entry.uid] = _subscription_point(
+                    now, state, topic, head, readers.backlogs.get(entry.uid)
+                )
             except errors.LakePubSubError as exc:
                 self._failed(entry.uid, exc)
                 continue
-            self._record(entry.uid, point, footprint(leases.log), leases.state())
+            self._record(entry.uid, point, footprint(leases.log), state)
         self._sample_others()
         live = {e.uid for e in topics} | {e.uid for e in subscriptions} | set(readers.others)
         for uid in [u for u in readers.topics if u not in live]:
             del readers.topics[uid]
         for uid in [u for u in readers.leases if u not in live]:
             del readers.leases[uid]
+            readers.backlogs.pop(uid, None)
         with self._lock:
             for uid in [u for u in self._series if u not in live]:
                 del self._series[uid]
@@ -240,23 +256,28 @@ class Sampler:
 
 
 def _subscription_point(
-    now: float, leases: LeaseReader, topic: TopicReader, head: int
-) -> SubscriptionPoint:
-    state = leases.state()
-    frontier = state.cursor.frontier
-    outstanding = sorted(k[1] for k in state.rows if k[0] == schemas.KIND_MESSAGE)
-    backlog = len(outstanding) + max(0, head - frontier)
+    now: float, state: LeaseState, topic: TopicReader, head: int, last: _Backlog | None
+) -> tuple[SubscriptionPoint, _Backlog]:
+    if last is not None and last.version == state.version and last.head == head:
+        backlog = last  # nothing moved: no file is looked at again
+    else:
+        frontier = state.cursor.frontier
+        outstanding = sorted(k[1] for k in state.rows if k[0] == schemas.KIND_MESSAGE)
+        count = len(outstanding) + max(0, head - frontier)
+        published_us = None
+        if count:
+            published_us = topic.publish_time_us(outstanding[0] if outstanding else frontier)
+        size = topic.bytes_of(frontier, head, outstanding) if count else 0
+        backlog = _Backlog(state.version, head, count, size, published_us)
     oldest_s = 0.0
-    if backlog:
-        floor = outstanding[0] if outstanding else frontier
-        published_us = topic.publish_time_us(floor)
-        if published_us is not None:
-            oldest_s = max(0.0, now - published_us / 1e6)
-    return SubscriptionPoint(
+    if backlog.oldest_us is not None:
+        oldest_s = max(0.0, now - backlog.oldest_us / 1e6)
+    point = SubscriptionPoint(
         t=now,
-        backlog=backlog,
-        backlog_bytes=topic.bytes_of(frontier, head, outstanding) if backlog else 0,
+        backlog=backlog.messages,
+        backlog_bytes=backlog.bytes,
         oldest_unacked_s=oldest_s,
         deliveries=state.cursor.next_delivery - 1,
         leases_out=leases_out(state, int(now * 1e6)),
     )
+    return point, backlog

@@ -10,7 +10,7 @@ from starlette.responses import Response
 
 from api.console.access import Viewer
 from api.console.charts import duration, human, line, spark
-from api.console.sampler import WINDOW_S, SubscriptionPoint, per_second, rate
+from api.console.sampler import SubscriptionPoint, per_second, rate
 from api.console.web import (
     console_of,
     engine_of,
@@ -20,6 +20,7 @@ from api.console.web import (
     router,
     series_of,
     sub_resource,
+    window_of,
 )
 from lakepubsub import catalog as cat
 from lakepubsub import errors, schemas
@@ -28,13 +29,14 @@ from lakepubsub.names import SubscriptionName
 from lakepubsub.subscriptions import Subscription
 
 # Leases listed on a subscription's page at most.
-SHOWN_LEASES = 50
+SHOWN_LEASES = 20
 
 
 @router.get("/subscriptions")
 async def subscriptions(request: Request, q: str = "") -> Response:
     engine = engine_of(request)
     sampler = console_of(request).sampler(engine)
+    window = window_of(request)
 
     def build(v: Viewer) -> tuple[str, dict[str, Any]]:
         now = time.time()
@@ -59,7 +61,7 @@ async def subscriptions(request: Request, q: str = "") -> Response:
                     "rate": rate_text(rate(series_of(points, "deliveries"))),
                     "leases_out": f"{last.leases_out:,}" if last else "-",
                     "spark": spark(
-                        series_of(points, "backlog"), now=now, window_s=WINDOW_S, label="backlog"
+                        series_of(points, "backlog"), now=now, window_s=window, label="backlog"
                     ),
                 }
             )
@@ -79,6 +81,7 @@ async def subscriptions(request: Request, q: str = "") -> Response:
 async def subscription(request: Request, project: str, subscription: str) -> Response:
     engine = engine_of(request)
     sampler = console_of(request).sampler(engine)
+    window = window_of(request)
 
     def build(v: Viewer) -> tuple[str, dict[str, Any]]:
         resource = sub_resource(project, subscription)
@@ -125,24 +128,24 @@ async def subscription(request: Request, project: str, subscription: str) -> Res
         else:
             more = 0
         charts = [
-            line(series_of(points, "backlog"), now=now, window_s=WINDOW_S, title="Backlog (msgs)"),
+            line(series_of(points, "backlog"), now=now, window_s=window, title="Backlog (msgs)"),
             line(
                 series_of(points, "backlog_bytes"),
                 now=now,
-                window_s=WINDOW_S,
+                window_s=window,
                 title="Backlog (bytes)",
                 unit="B",
             ),
             line(
                 series_of(points, "oldest_unacked_s"),
                 now=now,
-                window_s=WINDOW_S,
+                window_s=window,
                 title="Oldest unacked age (s)",
             ),
             line(
                 per_second(series_of(points, "deliveries")),
                 now=now,
-                window_s=WINDOW_S,
+                window_s=window,
                 title="Delivered (msgs/s)",
             ),
         ]

@@ -12,7 +12,7 @@ from starlette.responses import RedirectResponse, Response
 from api.console import browse
 from api.console.access import BROWSE, Viewer
 from api.console.charts import duration, human, line, spark
-from api.console.sampler import WINDOW_S, SubscriptionPoint, per_second, rate
+from api.console.sampler import SubscriptionPoint, per_second, rate
 from api.console.web import (
     ROOT,
     console_of,
@@ -27,6 +27,7 @@ from api.console.web import (
     sub_resource,
     topic_resource,
     when,
+    window_of,
 )
 from lakepubsub import catalog as cat
 from lakepubsub import errors
@@ -45,6 +46,7 @@ def home() -> Response:
 async def topics(request: Request, q: str = "") -> Response:
     engine = engine_of(request)
     sampler = console_of(request).sampler(engine)
+    window = window_of(request)
 
     def build(v: Viewer) -> tuple[str, dict[str, Any]]:
         now = time.time()
@@ -68,7 +70,7 @@ async def topics(request: Request, q: str = "") -> Response:
                     "subscriptions": subscriptions.get(e.uid, 0),
                     "size": human(series.size.bytes, "B") if series and series.size else "-",
                     "spark": spark(
-                        per_second(heads), now=now, window_s=WINDOW_S, label="publish rate"
+                        per_second(heads), now=now, window_s=window, label="publish rate"
                     ),
                 }
             )
@@ -88,6 +90,7 @@ async def topics(request: Request, q: str = "") -> Response:
 async def topic(request: Request, project: str, topic: str) -> Response:
     engine = engine_of(request)
     sampler = console_of(request).sampler(engine)
+    window = window_of(request)
 
     def build(v: Viewer) -> tuple[str, dict[str, Any]]:
         v.require("pubsub.topics.get", topic_resource(project, topic))
@@ -132,10 +135,10 @@ async def topic(request: Request, project: str, topic: str) -> Response:
                 "rate_chart": line(
                     per_second(heads),
                     now=now,
-                    window_s=WINDOW_S,
+                    window_s=window,
                     title="Publish rate (msgs/s)",
                 ),
-                "head_chart": line(heads, now=now, window_s=WINDOW_S, title="Messages published"),
+                "head_chart": line(heads, now=now, window_s=window, title="Messages published"),
                 "subscriptions": subs,
             },
         }

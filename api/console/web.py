@@ -25,10 +25,7 @@ from starlette.responses import RedirectResponse, Response
 from api.auth import Authenticator
 from api.console import browse
 from api.console.access import COOKIE, Viewer, viewer
-from api.console.sampler import (
-    SAMPLE_INTERVAL_S,
-    Sampler,
-)
+from api.console.sampler import SAMPLE_INTERVAL_S, WINDOW_S, Sampler
 from lakepubsub import Engine, errors
 from lakepubsub import catalog as cat
 from lakepubsub.iam import Resource
@@ -157,6 +154,15 @@ def sub_resource(project: str, subscription: str) -> Resource:
 
 def series_of(points: list[Any], attr: str) -> list[tuple[float, float]]:
     return [(p.t, float(getattr(p, attr))) for p in points]
+
+
+def window_of(request: Request) -> float:
+    """The charts' window: ``?window=<minutes>``, 1 to 60 (the sampler keeps an hour)."""
+    try:
+        minutes = float(request.query_params.get("window", "") or WINDOW_S / 60)
+    except ValueError:
+        minutes = WINDOW_S / 60
+    return min(WINDOW_S, max(60.0, minutes * 60))
 
 
 def rate_text(value: float | None) -> str:
