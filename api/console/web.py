@@ -130,7 +130,7 @@ async def page(request: Request, section: str, build: Build) -> Response:
         return error_page(request, 403, "Not allowed", str(exc))
     except errors.InvalidArgument as exc:
         return error_page(request, 400, "Invalid request", str(exc))
-    if request.headers.get("x-console-fragment") == "1":
+    if ctx.get("live") and request.headers.get("x-console-fragment") == "1":
         template = template.replace(".html", "_live.html")
     return console.templates.TemplateResponse(request, template, common(request, v, section, **ctx))
 
