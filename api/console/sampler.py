@@ -17,7 +17,15 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from api.console.tables import Footprint, LeaseReader, TopicReader, footprint, leases_out
+from api.console.tables import (
+    Footprint,
+    LeaseReader,
+    TopicReader,
+    Truncation,
+    TruncationLog,
+    footprint,
+    leases_out,
+)
 from lakepubsub import Engine, errors, schemas
 from lakepubsub import catalog as cat
 from lakepubsub._lake import TableLog
@@ -98,7 +106,8 @@ class _Backlog:
 class _Readers:
     topics: dict[str, TopicReader] = field(default_factory=dict)
     leases: dict[str, LeaseReader] = field(default_factory=dict)
-    others: dict[str, TableLog] = field(default_factory=dict)
+    catalog: TableLog | None = None
+    truncations: TruncationLog | None = None
     backlogs: dict[str, _Backlog] = field(default_factory=dict)
 
 
@@ -204,7 +213,7 @@ class Sampler:
                 continue
             self._record(entry.uid, point, footprint(leases.log), state)
         self._sample_others()
-        live = {e.uid for e in topics} | {e.uid for e in subscriptions} | set(readers.others)
+        live = {e.uid for e in topics} | {e.uid for e in subscriptions} | {"catalog", "truncations"}
         for uid in [u for u in readers.topics if u not in live]:
             del readers.topics[uid]
         for uid in [u for u in readers.leases if u not in live]:
@@ -216,21 +225,30 @@ class Sampler:
         self.samples += 1
 
     def _sample_others(self) -> None:
-        """The catalog and truncation log: their sizes only."""
+        """The catalog's size; the truncation log's size and its newest rows."""
         lake = self.engine.lake
-        for name, uri in (("catalog", lake.catalog_uri), ("truncations", lake.truncations_uri)):
-            table = self._readers.others.get(name)
-            try:
-                if table is None:
-                    if not lake.exists(uri):
-                        continue
-                    table = self._readers.others[name] = TableLog(lake, uri)
-                table.tail()
-            except errors.LakePubSubError as exc:
-                self._failed(name, exc)
-                continue
-            with self._lock:
-                self._series.setdefault(name, Series(deque(maxlen=1))).size = footprint(table)
+        readers = self._readers
+        try:
+            if readers.catalog is None:
+                readers.catalog = TableLog(lake, lake.catalog_uri)
+            readers.catalog.tail()
+            if readers.truncations is None and lake.exists(lake.truncations_uri):
+                readers.truncations = TruncationLog(lake)
+            if readers.truncations is not None:
+                readers.truncations.refresh()
+        except errors.LakePubSubError as exc:
+            self._failed("catalog", exc)
+            return
+        with self._lock:
+            for name, log in (("catalog", readers.catalog), ("truncations", readers.truncations)):
+                if log is not None:
+                    table = log if isinstance(log, TableLog) else log.log
+                    self._series.setdefault(name, Series(deque(maxlen=1))).size = footprint(table)
+
+    def truncations(self, subscription_uid: str) -> list[Truncation]:
+        """The truncation job's newest records of a subscription, oldest first."""
+        log = self._readers.truncations
+        return list(log.by_subscription.get(subscription_uid, ())) if log is not None else []
 
     def _record(
         self,

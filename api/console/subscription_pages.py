@@ -11,6 +11,7 @@ from starlette.responses import Response
 from api.console.access import Viewer
 from api.console.charts import duration, human, line, spark
 from api.console.sampler import SubscriptionPoint, per_second, rate
+from api.console.tables import pending_events
 from api.console.web import (
     console_of,
     engine_of,
@@ -20,6 +21,7 @@ from api.console.web import (
     router,
     series_of,
     sub_resource,
+    when,
     window_of,
 )
 from lakepubsub import catalog as cat
@@ -127,6 +129,18 @@ async def subscription(request: Request, project: str, subscription: str) -> Res
             more = max(0, len(leased) - SHOWN_LEASES)
         else:
             more = 0
+        pending = pending_events(lease_state) if lease_state is not None else []
+        truncations = [
+            {
+                "time": when(t.time_us),
+                "reason": t.reason,
+                "offsets": f"{t.first_offset:,} to {t.end_offset:,}",
+                "dropped": "pending: not pulled and acknowledged yet"
+                if t.messages is None
+                else f"{t.messages:,} messages, {human(t.bytes or 0, 'B')}",
+            }
+            for t in [*sampler.truncations(entry.uid), *pending][::-1]
+        ]
         charts = [
             line(series_of(points, "backlog"), now=now, window_s=window, title="Backlog (msgs)"),
             line(
@@ -166,6 +180,7 @@ async def subscription(request: Request, project: str, subscription: str) -> Res
                 "charts": charts,
                 "leases": leases,
                 "more_leases": more,
+                "truncations": truncations,
             },
         }
 

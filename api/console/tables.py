@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -17,7 +18,10 @@ import pyarrow.parquet as pq
 from lakepubsub import schemas
 from lakepubsub._lake import Lake, TableLog, storage_errors
 from lakepubsub.leases import LEASED, LeaseState
+from lakepubsub.messages import TruncationEvent
 
+# Truncations the console keeps per subscription from the truncation log.
+KEEP_TRUNCATIONS = 20
 # Publish times kept per topic (one per subscription's oldest unacknowledged offset).
 PUBLISHED_CACHE = 1024
 
@@ -132,3 +136,75 @@ def leases_out(state: LeaseState, now_us: int) -> int:
         for (kind, _), row in state.rows.items()
         if kind == schemas.KIND_MESSAGE and row.state == LEASED and row.deadline_us > now_us
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Truncation:
+    """One truncation of a subscription's backlog, as the console lists it."""
+
+    time_us: int
+    reason: str
+    first_offset: int
+    end_offset: int
+    messages: int | None  # dropped; None when not recorded (an event still pending)
+    bytes: int | None
+
+
+class TruncationLog:
+    """The truncation job's log (``truncations``), read file by file as it grows,
+    keeping the newest ``KEEP_TRUNCATIONS`` rows per subscription. One thread."""
+
+    def __init__(self, lake: Lake) -> None:
+        self.log = TableLog(lake, lake.truncations_uri)
+        self._generation = -1
+        self._read = 0
+        # Replaced whole on every change, so another thread may read it at any time.
+        self.by_subscription: dict[str, list[Truncation]] = {}
+
+    def refresh(self) -> None:
+        self.log.tail()
+        if self._generation != self.log.generation:  # files removed (compaction): reread
+            self._generation, self._read, self.by_subscription = self.log.generation, 0, {}
+        fresh = self.log.added[self._read :]
+        if not fresh:
+            return
+        found = {uid: list(rows) for uid, rows in self.by_subscription.items()}
+        with storage_errors(self.log.uri):
+            for f in fresh:
+                rows = pq.read_table(self.log.open_file(f.path))
+                columns = [
+                    rows[name].to_pylist()
+                    for name in ("subscription_uid", "reason", "first_offset", "end_offset")
+                ]
+                times = rows["time"].cast(pa.int64()).to_pylist()
+                dropped = rows["messages_dropped"].to_pylist(), rows["bytes_dropped"].to_pylist()
+                for i, uid in enumerate(columns[0]):
+                    found.setdefault(uid, []).append(
+                        Truncation(
+                            times[i],
+                            columns[1][i],
+                            columns[2][i],
+                            columns[3][i],
+                            dropped[0][i],
+                            dropped[1][i],
+                        )
+                    )
+        for kept in found.values():
+            kept.sort(key=lambda t: t.time_us)
+            del kept[:-KEEP_TRUNCATIONS]
+        self._read = len(self.log.added)
+        self.by_subscription = found
+
+
+def pending_events(state: LeaseState) -> list[Truncation]:
+    """Truncation events a subscription holds for its next pulls (not acknowledged yet)."""
+    out = []
+    for (kind, _), row in sorted(state.rows.items()):
+        if kind == schemas.KIND_EVENT and row.event:
+            event = TruncationEvent.from_json(orjson.loads(row.event))
+            out.append(
+                Truncation(
+                    event.time_us, event.reason, event.first_offset, event.end_offset, None, None
+                )
+            )
+    return out

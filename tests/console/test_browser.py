@@ -255,6 +255,8 @@ def test_actions_work_and_are_refused_for_a_viewer(
     browser.find_element(By.CSS_SELECTOR, "#truncate button").click()
     wait(browser, lambda d: d.find_elements(By.ID, "flash"))
     assert browser.find_element(By.ID, "flash").text.startswith("Truncated offsets")
+    # The event waits for the next pull; the page lists it once sampled.
+    wait(browser, lambda d: "request" in d.find_element(By.ID, "truncations").text)
     got = ok(admin.post(f"{P}/subscriptions/audit-sub:pull", json={"maxMessages": 10}))
     assert got["receivedMessages"][0]["event"]["truncated"] is True
 

@@ -8,6 +8,7 @@ import time
 
 from api.console import browse
 from api.console.sampler import Sampler, SubscriptionPoint, TopicPoint
+from api.console.tables import pending_events
 from lakepubsub import Engine
 from lakepubsub import catalog as cat
 from lakepubsub.messages import PublishMessage
@@ -92,3 +93,29 @@ def test_browsing_reads_offsets_times_and_attributes_without_touching_a_subscrip
     # Nothing was delivered: the subscription hands out all ten.
     got = engine.pull(SUB, max_messages=20)
     assert sorted(r.message.offset for r in got if r.message is not None) == list(range(10))
+
+
+def test_truncations_recorded_by_the_job_and_pending_events_are_listed(engine: Engine) -> None:
+    from jobs.common import JobContext
+    from jobs.truncate import Truncation, record
+
+    _, sub_uid = setup(engine, [PublishMessage(b"x" * 10) for _ in range(4)])
+    sampler = Sampler(engine)
+    sampler.sample()
+    assert sampler.truncations(sub_uid) == []
+    # What the truncation job writes when a policy drops backlog (its own writer).
+    ctx = JobContext(engine.settings)
+    row = Truncation(SUB.path, sub_uid, 1_000_000, "maxBytes", 0, 2, 2, 20)
+    record(ctx, [row])
+    record(ctx, [Truncation(SUB.path, "another-uid", 2_000_000, "maxAge", 0, 1, 1, 10)])
+    engine.truncate(SUB)  # an explicit truncation: an event waits for the next pull
+    sampler.sample()
+    recorded = sampler.truncations(sub_uid)
+    assert [(t.reason, t.first_offset, t.end_offset, t.messages, t.bytes) for t in recorded] == [
+        ("maxBytes", 0, 2, 2, 20)
+    ]
+    series = sampler.series(sub_uid)
+    assert series is not None and series.state is not None
+    pending = pending_events(series.state)
+    assert [(t.reason, t.end_offset, t.messages) for t in pending] == [("request", 4, None)]
+    assert sampler.series("truncations") is not None
