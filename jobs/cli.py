@@ -12,20 +12,22 @@ Nothing here imports PySpark or starts a JVM until a command needs Spark.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import logging
+import re
 import signal
 import sys
 import threading
 import tomllib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, Protocol
 
 import click
 
-from jobs.common import JobContext, report_json, settings_for
+from jobs.common import JobContext, report_json, require_lake, settings_for
 from lakepubsub.scheduler import (
     Progress,
     Scheduler,
@@ -33,6 +35,7 @@ from lakepubsub.scheduler import (
     Task,
     default_progress,
 )
+from lakepubsub.settings import Settings
 
 MIB = 1024 * 1024
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -41,6 +44,13 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 MAX_CELL_CHARS = 60
 # Spark 4's Spark Connect server, started inside the session's driver.
 CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
+# Spark's error class for a name no view or table has, and where in the query it was.
+_MISSING_VIEW = "TABLE_OR_VIEW_NOT_FOUND"
+_POSITION = re.compile(r" \(line \d+, position \d+\)$")
+# How alike (difflib's ratio) a view's name must be to be offered for a missing one.
+_CLOSE = 0.8
+# lakepubsub.spark.typed.TYPED_SUFFIX, kept here so the CLI imports no PySpark.
+_TYPED = "typed"
 
 
 class Report(Protocol):
@@ -79,6 +89,23 @@ def _lake(ctx: click.Context, lake: str | None) -> str | None:
     return parent.get("lake") if isinstance(parent, dict) else None
 
 
+def _existing(lake: str | None, *, spark: bool) -> Settings:
+    """The settings of a lake that exists, with Java there when ``spark``; else a
+    one-line error."""
+    from lakepubsub.errors import LakePubSubError, one_line
+
+    settings = settings_for(lake)
+    try:
+        require_lake(settings)
+        if spark:
+            from lakepubsub.spark.session import check_java
+
+            check_java()
+    except LakePubSubError as exc:
+        raise click.ClickException(one_line(exc.message)) from exc
+    return settings
+
+
 def _setup_logging(level: str) -> None:
     if not logging.getLogger().handlers:
         logging.basicConfig(level=level.upper(), format=LOG_FORMAT, stream=sys.stderr)
@@ -92,9 +119,13 @@ def _execute(
     master: str | None,
     log_level: str,
     job: Callable[[JobContext], Report],
+    *,
+    spark: bool = True,
 ) -> None:
+    """Run ``job`` on the lake (which must exist) and print its report; ``spark``:
+    the job needs Spark (so Java), checked before it starts."""
     _setup_logging(log_level)
-    settings = settings_for(_lake(ctx, lake))
+    settings = _existing(_lake(ctx, lake), spark=spark)
     with JobContext(settings, master=master, progress=default_progress()) as jobs_ctx:
         report = job(jobs_ctx)
     click.echo(report_json(report))
@@ -165,7 +196,7 @@ def compact_command(
         logging.getLogger("lakepubsub.jobs").warning(
             "vacuum retention under an hour: readers of older versions may fail"
         )
-    _execute(ctx, lake, master, log_level, lambda c: compact.run(c, options))
+    _execute(ctx, lake, master, log_level, lambda c: compact.run(c, options), spark=False)
 
 
 @run.command("truncate")
@@ -214,7 +245,7 @@ def gc_command(
     from jobs import gc
 
     options = gc.GcOptions(orphan_age_s=orphan_age_s, dry_run=dry_run)
-    _execute(ctx, lake, master, log_level, lambda c: gc.run(c, options))
+    _execute(ctx, lake, master, log_level, lambda c: gc.run(c, options), spark=False)
 
 
 @run.command("batch-consume")
@@ -431,7 +462,7 @@ def schedule_command(
             "gc_interval_s": gc_every,
         }
     )
-    settings = settings_for(_lake(ctx, lake))
+    settings = _existing(_lake(ctx, lake), spark=True)
     with JobContext(settings, master=master) as jobs_ctx:
         progress = default_progress()
         scheduler = Scheduler(
@@ -498,8 +529,8 @@ def sql(
     .tables lists the views, .help the commands).
 
     One view per topic (<project>__<topic>), one backlog view per subscription
-    (<project>__<subscription>__backlog), `subscriptions`, `topics` and
-    `truncations` (docs/spark.md). --serve starts Spark Connect
+    (<project>__<subscription>__backlog), subscriptions, topics and truncations
+    (docs/spark.md). --serve starts Spark Connect
     (sc://127.0.0.1:PORT) with the views as global_temp.<view>.
     """
     from jobs.common import spark_session
@@ -512,7 +543,7 @@ def sql(
         if not sep or not number.isdigit():
             raise click.BadParameter(f"expected VIEW=N, got {item!r}", param_hint="--version")
         pinned[view] = int(number)
-    settings = settings_for(_lake(ctx, lake))
+    settings = _existing(_lake(ctx, lake), spark=True)
     interactive = query is None and not serve and sys.stdin.isatty()
     conf = {"spark.ui.showConsoleProgress": "true"} if interactive else {}
     if serve:
@@ -523,7 +554,8 @@ def sql(
         }
     if interactive:
         click.echo("Starting Spark (a few seconds)…", err=True)
-    spark = spark_session(master, conf=conf)
+    with one_line_errors():
+        spark = spark_session(master, conf=conf)
 
     def refresh() -> list[View]:
         return register(spark, settings, versions=pinned, timestamp=timestamp, shared=serve)
@@ -535,14 +567,14 @@ def sql(
         _serve_connect(port, views)
         return
     if query is not None:
-        with one_line_errors():
+        with one_line_errors([v.name for v in views]):
             shell.run(spark, query, output, sys.stdout)
         return
     repl = shell.Shell(
         spark,
         views,
         refresh=refresh,
-        error_line=_error_line,
+        error_line=lambda exc: _error_line(exc, [v.name for v in repl.views]),
         output=output,
         interactive=interactive,
     )
@@ -551,10 +583,11 @@ def sql(
     repl.loop(shell.terminal_lines() if interactive else iter(sys.stdin))
 
 
-def _error_line(exc: BaseException) -> str:
-    """The one line ``one_line_errors`` would print for ``exc``; anything else re-raises."""
+def _error_line(exc: BaseException, views: Sequence[str] = ()) -> str:
+    """The one line ``one_line_errors`` would print for ``exc`` in the shell; anything
+    else re-raises."""
     try:
-        with one_line_errors():
+        with one_line_errors(views, shell=True):
             raise exc
     except click.ClickException as caught:
         return caught.message
@@ -575,8 +608,10 @@ def _serve_connect(port: int, views: list[Any]) -> None:
 
 
 @contextlib.contextmanager
-def one_line_errors() -> Iterator[None]:
-    """A failed query or view is one line on stderr and exit status 1, not a traceback."""
+def one_line_errors(views: Sequence[str] = (), *, shell: bool = False) -> Iterator[None]:
+    """A failed query or view is one line on stderr and exit status 1, not a traceback.
+    A view that does not exist is named with the closest of ``views`` and where the
+    views are listed (``shell``: the shell's ``.tables``)."""
     from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
     from pyspark.errors import PySparkException
 
@@ -586,6 +621,25 @@ def one_line_errors() -> Iterator[None]:
     try:
         yield
     except (LakePubSubError, PySparkException) as exc:
-        raise click.ClickException(first_line(exc)) from exc
+        line = first_line(exc)
+        if isinstance(exc, PySparkException) and exc.getCondition() == _MISSING_VIEW:
+            line = _missing_view(exc, line, views, shell=shell)
+        raise click.ClickException(line) from exc
     except Py4JJavaError as exc:
         raise click.ClickException(java_error(exc)) from exc
+
+
+def _missing_view(exc: Any, line: str, views: Sequence[str], *, shell: bool) -> str:
+    """``[TABLE_OR_VIEW_NOT_FOUND] no view <name> (line L, position P); did you mean …``."""
+    name = str((exc.getMessageParameters() or {}).get("relationName", "")).replace("`", "")
+    if not name:
+        return line
+    where = _POSITION.search(line)
+    close = difflib.get_close_matches(name, list(views), n=3, cutoff=_CLOSE)
+    said = f"[{_MISSING_VIEW}] no view or table {name}{where.group(0) if where else ''}"
+    if close:
+        said += f"; did you mean {' or '.join(close)}?"
+    elif name.endswith(f"__{_TYPED}"):
+        said += "; typed views exist for topics with an Avro schema (docs/spark.md)"
+    lister = ".tables lists the views" if shell else "`lakepubsub sql` then .tables lists the views"
+    return f"{said} ({lister})"

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -44,6 +45,25 @@ JOB_COMMIT_ATTEMPTS = 8
 JOB_COMMIT_BUDGET_S = 30.0
 # spark-submit hands a Python driver the JVM it started through these.
 _SUBMIT_GATEWAY = "PYSPARK_GATEWAY_PORT"
+_WHICH_LAKE = (
+    " (give the lake's root with --lake or LAKEPUBSUB_LAKE; `lakepubsub serve` or "
+    "`lakepubsub --direct` makes a new one)"
+)
+
+
+def require_lake(settings: Settings) -> None:
+    """``FailedPrecondition`` (one line) unless ``settings.lake`` is a lake already: a
+    directory or prefix with a catalog. A job or query works on a lake a server
+    (or ``lakepubsub --direct``) made; run from another directory, ``./.lake`` is
+    not that lake, and making an empty one there would only hide the mistake."""
+    parsed = urlparse(settings.lake)
+    if parsed.scheme in ("", "file"):
+        path = os.path.abspath(parsed.path if parsed.scheme else settings.lake)
+        if not os.path.isdir(path):
+            raise errors.FailedPrecondition(f"no lake at {path}: no such directory{_WHICH_LAKE}")
+    lake = Lake(settings)
+    if not lake.exists(lake.catalog_uri):
+        raise errors.FailedPrecondition(f"no lake at {lake.root}: it has no catalog{_WHICH_LAKE}")
 
 
 def settings_for(lake: str | None = None) -> Settings:

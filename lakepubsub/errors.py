@@ -6,7 +6,18 @@ them and never deals with HTTP.
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar
+
+# An S3 error document inside a storage error's text: <Code>NoSuchBucket</Code><Message>…
+_S3_ERROR = re.compile(r"<Code>([^<]+)</Code>\s*<Message>([^<]+)</Message>")
+# object_store looks for credentials last at the instance metadata service (EC2's
+# address); an error that went there had no credentials from anywhere else.
+_METADATA_SERVICE = "169.254.169.254"
+NO_CREDENTIALS = (
+    "no AWS credentials: none in AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE,"
+    " and no instance metadata service answered"
+)
 
 
 class LakePubSubError(Exception):
@@ -88,3 +99,16 @@ class Unavailable(LakePubSubError):
 class DeadlineExceeded(LakePubSubError):
     status = "DEADLINE_EXCEEDED"
     http_status = 504
+
+
+def one_line(text: str) -> str:
+    """A storage error's text (delta-rs nests its causes over many lines) as one line:
+    its first line, plus the S3 error it carries, if any, or that no credentials
+    were found."""
+    first = text.strip().splitlines()[0] if text.strip() else text
+    found = _S3_ERROR.search(text)
+    if found:
+        return f"{first} ({found.group(1)}: {found.group(2)})"
+    if _METADATA_SERVICE in text:
+        return f"{first} ({NO_CREDENTIALS})"
+    return first

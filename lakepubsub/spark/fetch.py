@@ -14,7 +14,7 @@ def main() -> int:
     listed = jars.resolved_jars()
     if listed is None:
         print(f"fetching {', '.join(jars.packages())} (once per machine)", file=sys.stderr)
-        local_session("lakepubsub-jars", "local[1]").stop()
+        local_session("lakepubsub-jars", "local[1]", quiet_fetch=False).stop()
         listed = jars.resolved_jars()
     if listed is None:
         print("the Spark jars could not be resolved", file=sys.stderr)

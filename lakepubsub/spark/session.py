@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from pyspark.logger import PySparkLogger
 from pyspark.sql import SparkSession
 
+from lakepubsub import errors
 from lakepubsub.settings import Settings
 from lakepubsub.spark import jars
 from lakepubsub.spark.tables import s3a_conf
@@ -18,6 +21,13 @@ DEFAULT_SHUFFLE_PARTITIONS = 8
 # Set on a session once the lakedelta writer is registered in it.
 _REGISTERED_CONF = "lakepubsub.spark.lakedeltaRegistered"
 _LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
+# PySpark logs every failed query to these as a JSON line with the whole JVM stack
+# trace, on top of the exception it raises (which callers report).
+_QUERY_CONTEXT_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
+JAVA_MISSING = (
+    "Spark needs a JDK 17 on PATH (or JAVA_HOME): no java found; "
+    "install one (Debian: apt-get install openjdk-17-jre-headless)"
+)
 
 SESSION_CONF = {
     # Delta's own connector: format("delta"), delta.`path`, time travel, DESCRIBE HISTORY.
@@ -42,13 +52,20 @@ def local_session(
     *,
     shuffle_partitions: int = DEFAULT_SHUFFLE_PARTITIONS,
     conf: Mapping[str, str] | None = None,
+    quiet_fetch: bool = True,
 ) -> SparkSession:
     """A SparkSession (new, or the running one) with delta-spark and hadoop-aws.
 
     ``s3a://`` reaches S3 with the AWS variables the service reads
     (``Settings.from_env``); ``tables.read_table`` maps the lake's ``s3://`` URIs.
-    Python workers run this interpreter.
+    Python workers run this interpreter. ``FailedPrecondition`` when there is no
+    Java to start Spark with. When the jars are not on this machine yet, a child
+    process fetches them first and Ivy's report goes to a log file
+    (``quiet_fetch=False``: this session resolves them, reporting on stderr).
     """
+    check_java()
+    if quiet_fetch and jars.resolved_jars() is None:
+        jars.fetch_quietly()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name).master(master)
@@ -78,10 +95,29 @@ def local_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    quiet_query_errors()
     if "spark.jars.packages" in settings:
         jars.remember(dict(spark.sparkContext.getConf().getAll()))
     register_source(spark)
     return spark
+
+
+def check_java() -> None:
+    """``FailedPrecondition`` (one line) when Spark could not start a JVM: no
+    ``$JAVA_HOME/bin/java``, and no ``java`` on PATH. PySpark would fail with a
+    long traceback about its gateway (JAVA_GATEWAY_EXITED)."""
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        if not os.access(os.path.join(home, "bin", "java"), os.X_OK):
+            raise errors.FailedPrecondition(f"{JAVA_MISSING} (JAVA_HOME={home} has no bin/java)")
+    elif shutil.which("java") is None:
+        raise errors.FailedPrecondition(JAVA_MISSING)
+
+
+def quiet_query_errors() -> None:
+    """Silence PySpark's per-failure JSON log lines; the exceptions still carry the errors."""
+    for name in _QUERY_CONTEXT_LOGGERS:
+        PySparkLogger.getLogger(name).disabled = True
 
 
 def register_source(spark: SparkSession) -> None:

@@ -1,9 +1,10 @@
 """``lakepubsub sql``'s output and its interactive shell: one Spark session, many statements.
 
 Statements end with ``;`` and may span lines; dot commands (``.tables``,
-``.refresh``, ``.help``, ``.quit``) take one line. A failed statement prints
-one line and the shell goes on. On a terminal, lines are edited with readline
-and kept in ``~/.lakepubsub_sql_history``.
+``.refresh``, ``.help``, ``.quit``) and ``exit`` or ``quit`` take one line. A
+failed statement prints one line and the shell goes on. On a terminal, lines
+are edited with readline and each statement is kept whole, as one entry, in
+``~/.lakepubsub_sql_history``.
 """
 
 from __future__ import annotations
@@ -31,11 +32,19 @@ PROMPT = "sql> "
 CONTINUATION = "...> "
 # A line that drops the statement typed so far (Ctrl-C at the prompt).
 CANCEL = "\x03"
+# Words that leave the shell, as in most SQL shells (with or without a ';').
+EXIT_WORDS = ("exit", "quit")
 HELP = """Statements end with ';' and may span lines. Commands:
   .tables    the views: topics, backlogs, topics/subscriptions/truncations
   .refresh   move every view to the newest table versions
   .help      this text
-  .quit      leave (or Ctrl-D)"""
+  .quit      leave (or exit, quit, Ctrl-D)"""
+
+
+def is_command(line: str) -> bool:
+    """Whether a line typed at the prompt is a one-line command, not SQL."""
+    stripped = line.strip()
+    return stripped.startswith(".") or stripped.rstrip(";").strip().lower() in EXIT_WORDS
 
 
 @dataclass(frozen=True)
@@ -138,7 +147,7 @@ class Shell:
                 pending = []
                 continue
             stripped = line.strip()
-            if not pending and stripped.startswith("."):
+            if not pending and is_command(stripped):
                 if not self.command(stripped):
                     return
                 continue
@@ -164,8 +173,8 @@ class Shell:
 
     def command(self, text: str) -> bool:
         """Run a dot command; False when the shell should end."""
-        name = text.split(maxsplit=1)[0].lower()
-        if name in (".quit", ".exit", ".q"):
+        name = text.rstrip(";").split(maxsplit=1)[0].lower()
+        if name in (".quit", ".exit", ".q", *EXIT_WORDS):
             return False
         if name == ".tables":
             for view in self.views:
@@ -194,9 +203,12 @@ def terminal_lines() -> Iterator[str]:
 
     Ctrl-C drops the statement being typed (yields ``CANCEL``), Ctrl-D ends.
     """
-    with _history():
+    with _history() as history:
         pending = False
+        started = 0  # history entries before the statement being typed
         while True:
+            if not pending and history is not None:
+                started = history.get_current_history_length()
             try:
                 line = input(CONTINUATION if pending else PROMPT)
             except EOFError:
@@ -208,23 +220,38 @@ def terminal_lines() -> Iterator[str]:
                 yield CANCEL
                 continue
             stripped = line.strip()
-            if pending or (stripped and not stripped.startswith(".")):
+            if pending or (stripped and not is_command(stripped)):
                 pending = not stripped.endswith(";")
+                if not pending and history is not None:
+                    keep_statement(history, started)
             yield line
 
 
+def keep_statement(history: Any, started: int) -> None:
+    """Replace the lines readline kept since entry ``started`` by one entry: the
+    statement they make, so the up arrow brings it back whole."""
+    count = history.get_current_history_length()
+    lines = [history.get_history_item(i) for i in range(started + 1, count + 1)]
+    if len(lines) < 2:
+        return
+    for position in range(count - 1, started - 1, -1):  # zero-based, newest first
+        history.remove_history_item(position)
+    history.add_history("\n".join(line for line in lines if line is not None))
+
+
 @contextlib.contextmanager
-def _history() -> Iterator[None]:
+def _history() -> Iterator[Any]:
+    """The readline module with the kept history loaded (None without readline)."""
     try:
         import readline
     except ImportError:  # no readline on this platform: plain input()
-        yield
+        yield None
         return
     with contextlib.suppress(OSError):
         readline.read_history_file(HISTORY_FILE)
     readline.set_history_length(HISTORY_LINES)
     try:
-        yield
+        yield readline
     finally:
         with contextlib.suppress(OSError):
             readline.write_history_file(HISTORY_FILE)

@@ -13,6 +13,7 @@ lakepubsub itself (conditional creates; docs/architecture.md), never by Spark.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from urllib.parse import urlparse
@@ -34,6 +35,9 @@ _S3A_KEYS = {
 }
 _TEMPORARY_CREDENTIALS = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
 _SIMPLE_CREDENTIALS = "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+# Where a Spark error's message ends: its SQLSTATE, then the position in the query
+# and the analyzed plan, which can run to hundreds of lines.
+_SQLSTATE = re.compile(r"\s*SQLSTATE: \w+(?:; line (\d+) pos (\d+))?.*", re.DOTALL)
 
 
 def spark_path(uri: str) -> str:
@@ -138,8 +142,13 @@ def parse_timestamp(text: str) -> datetime:
 
 
 def first_line(exc: BaseException) -> str:
-    """A Spark error's message without its JVM stack trace or SQL context."""
+    """A Spark error's message on one line, without its JVM stack trace, SQLSTATE or
+    plan; the position in the query, if any, as ``(line L, position P)``."""
     text = str(exc).split("\n\n", 1)[0]  # PySpark appends the JVM stack trace after a blank line
+    found = _SQLSTATE.search(text)
+    if found is not None:
+        where = f" (line {found.group(1)}, position {found.group(2)})" if found.group(1) else ""
+        text = text[: found.start()] + where
     return " ".join(text.split()) or type(exc).__name__
 
 

@@ -48,22 +48,24 @@ METADATA_PREFIX = "_pubsub_"
 
 def typed_frame(engine: Engine, topic: Topic, frame: DataFrame) -> DataFrame | None:
     """The typed view of ``frame`` (the topic's messages), or None when the topic has
-    no schema (or a deleted one, or a protobuf one: see docs/spark.md)."""
+    no schema (or a deleted one, or a protobuf one: see docs/spark.md). Why a topic
+    has none is logged at INFO: every Spark command registers every view, and a
+    warning would be printed on each, whether the query reads that topic or not."""
     settings = topic.schema_settings
     if settings is None:
         return None
     if settings.deleted:
-        log.warning("%s: its schema was deleted; no typed view", topic.name)
+        log.info("%s: its schema was deleted; no typed view", topic.name)
         return None
     try:
         schema_type, revisions = engine.schemas.compiled_revisions(
             SchemaName.parse(settings.schema)
         )
     except errors.NotFound:
-        log.warning("%s: schema %s not found; no typed view", topic.name, settings.schema)
+        log.info("%s: schema %s not found; no typed view", topic.name, settings.schema)
         return None
     if schema_type != AVRO:
-        log.warning("%s: typed views decode Avro schemas only; none for protobuf", topic.name)
+        log.info("%s: typed views decode Avro schemas only; none for protobuf", topic.name)
         return None
     in_range = _in_range(
         [(s.revision_id, s.revision_create_time_us) for s, _ in revisions],
