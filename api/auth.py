@@ -42,7 +42,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.deps import EngineDep, json_response
+from api.deps import EngineDep, json_bytes, json_response
 from api.errors import from_exception
 from api.models import Model
 from lakepubsub import Engine, errors
@@ -724,7 +724,7 @@ def jwks(request: Request, engine: EngineDep) -> Response:
     if service is not None and all(k.get("kid") != service.signer.kid for k in keys):
         keys.append(service.signer.public_jwk)
     return Response(
-        orjson.dumps({"keys": keys}),
+        json_bytes({"keys": keys}),
         media_type="application/json",
         headers={"cache-control": "public, max-age=300"},
     )

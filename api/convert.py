@@ -499,8 +499,10 @@ def received_body(r: ReceivedMessage, *, attempts: bool) -> dict[str, Any]:
 
 
 def event_body(event: TruncationEvent) -> dict[str, Any]:
+    """A truncation event as JSON; ``truncated`` is false when a ``:truncate`` found
+    nothing to drop (and queued no event)."""
     return {
-        "truncated": True,
+        "truncated": event.end_offset > event.first_offset,
         "firstOffset": event.first_offset,
         "endOffset": event.end_offset,
         "reason": event.reason,

@@ -21,5 +21,11 @@ async def get_engine(request: Request) -> Engine:
 EngineDep = Annotated[Engine, Depends(get_engine)]
 
 
+def json_bytes(body: Any) -> bytes:
+    """A REST answer's bytes: JSON ending with a newline, as Google's answers end
+    (so ``curl`` output ends its line; JSON parsers ignore the whitespace)."""
+    return orjson.dumps(body, option=orjson.OPT_APPEND_NEWLINE)
+
+
 def json_response(body: Any, status_code: int = 200) -> Response:
-    return Response(orjson.dumps(body), status_code=status_code, media_type="application/json")
+    return Response(json_bytes(body), status_code=status_code, media_type="application/json")

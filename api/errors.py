@@ -6,7 +6,6 @@ import logging
 from typing import Any
 
 import grpc
-import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from google.protobuf import any_pb2, json_format
@@ -14,6 +13,7 @@ from google.rpc import error_details_pb2, status_pb2
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
+from api.deps import json_bytes
 from api.methods import pubsub_method
 from lakepubsub import errors
 
@@ -44,7 +44,7 @@ def error_response(
     if details:
         body["details"] = details
     return Response(
-        orjson.dumps({"error": body}), status_code=http_status, media_type="application/json"
+        json_bytes({"error": body}), status_code=http_status, media_type="application/json"
     )
 
 

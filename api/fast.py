@@ -19,13 +19,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api import errors as api_errors
 from api import topics
 from api.auth import routes_of
+from api.deps import json_bytes
 from lakepubsub import errors
 from lakepubsub.names import TopicName
 
@@ -73,7 +73,7 @@ class FastRoutes:
         except Exception as exc:
             await api_errors.unexpected(exc)(scope, receive, send)
             return
-        body = orjson.dumps({"messageIds": ids})
+        body = json_bytes({"messageIds": ids})
         headers = [*_JSON_HEADERS, (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body})

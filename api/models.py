@@ -192,7 +192,10 @@ class PullRequest(Model):
 
 
 class TruncationEventBody(Model):
-    truncated: bool = True
+    truncated: bool = Field(
+        default=True,
+        description="false when :truncate found nothing unacknowledged to drop (no event queued)",
+    )
     first_offset: int = Field(description="First dropped offset")
     end_offset: int = Field(description="One past the last dropped offset")
     reason: str

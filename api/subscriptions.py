@@ -251,7 +251,8 @@ def modify_push_config(
 )
 async def truncate(project: str, subscription: str, engine: EngineDep) -> Response:
     """lakepubsub extension (seed 000 TruncateSubscription): drop every unacknowledged
-    message and queue a truncation event that the next pull delivers first."""
+    message and queue a truncation event that the next pull delivers first. With
+    nothing to drop, the answer's event says ``"truncated": false`` and none is queued."""
     name = SubscriptionName(project, subscription)
     future = await run_in_threadpool(engine.truncate_future, name)
     event = await asyncio.wrap_future(future)

@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import inspect
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import grpc
@@ -34,6 +35,9 @@ from lakepubsub.iam import Principal
 from lakepubsub.names import validate_project
 
 log = logging.getLogger(__name__)
+# One line per call, as uvicorn logs each REST request (``lakepubsub serve``
+# configures it beside uvicorn's loggers).
+ACCESS_LOG = logging.getLogger("api.grpc.access")
 
 # Pub/Sub accepts publish requests up to 10 MB; protobuf framing adds little.
 # Responses are bounded by the streams' outstanding-bytes limits and pull sizes.
@@ -167,8 +171,12 @@ class GrpcDoor:
         self.loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         self.closing = asyncio.Event()
+        # Only when its lines would be printed: an interceptor costs every call.
+        logged = ACCESS_LOG.isEnabledFor(logging.INFO)
         server = grpc.aio.server(
-            options=SERVER_OPTIONS, maximum_concurrent_rpcs=constants.MAX_CONCURRENT_RPCS
+            options=SERVER_OPTIONS,
+            maximum_concurrent_rpcs=constants.MAX_CONCURRENT_RPCS,
+            interceptors=[AccessLog(self)] if logged else [],
         )
         server.add_generic_rpc_handlers(self._handlers(self))
         self.port = server.add_insecure_port("127.0.0.1:0")
@@ -177,6 +185,79 @@ class GrpcDoor:
         await self._stop.wait()
         self.closing.set()
         await server.stop(STOP_GRACE_S)
+
+
+class AccessLog(grpc.aio.ServerInterceptor):
+    """Logs each call when it ends, as uvicorn logs a REST request:
+    ``127.0.0.1:50312 - "gRPC /google.pubsub.v1.Publisher/Publish" OK``."""
+
+    def __init__(self, door: GrpcDoor) -> None:
+        self.door = door
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
+        details: grpc.HandlerCallDetails,
+    ) -> Any:
+        handler = await continuation(details)
+        if handler is None:
+            return None
+        method: str = details.method
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                self._call(method, handler.unary_unary),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.stream_stream is not None:
+            inner = handler.stream_stream
+            wrapped = self._stream(method, inner) if inspect.isasyncgenfunction(inner) else None
+            return grpc.stream_stream_rpc_method_handler(
+                wrapped or self._call(method, inner),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler
+
+    def _call(self, method: str, inner: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
+        async def logged(request: Any, context: Any) -> Any:
+            try:
+                response = await inner(request, context)
+            except BaseException as exc:
+                self._log(method, context, exc)
+                raise
+            self._log(method, context, None)
+            return response
+
+        return logged
+
+    def _stream(self, method: str, inner: Callable[..., AsyncIterator[Any]]) -> Callable[..., Any]:
+        async def logged(request: Any, context: Any) -> AsyncIterator[Any]:
+            try:
+                async for response in inner(request, context):
+                    yield response
+            except BaseException as exc:
+                self._log(method, context, exc)
+                raise
+            self._log(method, context, None)
+
+        return logged
+
+    def _log(self, method: str, context: Any, exc: BaseException | None) -> None:
+        code = context.code()
+        if isinstance(code, grpc.StatusCode):
+            name = code.name
+        elif isinstance(exc, asyncio.CancelledError):
+            name = "CANCELLED"
+        elif exc is not None:
+            name = "UNKNOWN"
+        elif context.cancelled():
+            name = "CANCELLED"
+        else:
+            name = "OK"
+        client = self.door.client_address(context.peer())
+        where = f"{client[0]}:{client[1]}" if client else context.peer()
+        ACCESS_LOG.info('%s - "gRPC %s" %s', where, method, name)
 
 
 # -- method handlers --------------------------------------------------------------------------

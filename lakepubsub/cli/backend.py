@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
+import tempfile
 from typing import Any, Protocol
+from urllib.parse import urlparse
 
 import click
 import httpx
+
+from lakepubsub.errors import LakePubSubError, one_line
 
 # How long one CLI request may take (a long-polling pull waits up to ~10 s).
 REQUEST_TIMEOUT_S = 60.0
@@ -22,18 +25,50 @@ STORAGE_HINT = (
     "check --lake (LAKEPUBSUB_LAKE); for S3, that the bucket exists and the AWS_* "
     "settings (AWS_ENDPOINT_URL, credentials, region) reach it"
 )
+DIRECTORY_HINT = "--lake (LAKEPUBSUB_LAKE) must name a directory this user can create and write"
 
 
-# An S3 error document inside a storage error's text: <Code>NoSuchBucket</Code><Message>…
-_S3_ERROR = re.compile(r"<Code>([^<]+)</Code>\s*<Message>([^<]+)</Message>")
+def check_lake(lake: str) -> str:
+    """Fail now, in one line, if this process cannot work on ``lake`` (a directory it
+    cannot create or write, a missing bucket…); return ``lake_root(lake)``."""
+    from lakepubsub import Engine, Settings
+
+    root = lake_root(lake)
+    try:
+        with Engine(Settings.from_env({**os.environ, "LAKEPUBSUB_LAKE": root})) as engine:
+            engine.catalog.view(max_staleness_s=0)
+    except LakePubSubError as exc:
+        raise CliError(f"lake {root}: {one_line(exc.message)}", STORAGE_HINT) from exc
+    return root
 
 
-def one_line(text: str) -> str:
-    """A storage error's text (delta-rs nests its causes over many lines) as one line:
-    its first line, plus the S3 error it carries, if any."""
-    first = text.strip().splitlines()[0] if text.strip() else text
-    found = _S3_ERROR.search(text)
-    return f"{first} ({found.group(1)}: {found.group(2)})" if found else first
+def lake_root(lake: str) -> str:
+    """The lake's root as people should see it: an absolute path (a directory made
+    if need be, and checked writable, in one line if not), or the S3 URI."""
+    parsed = urlparse(lake)
+    if parsed.scheme not in ("", "file"):
+        return lake
+    root = os.path.abspath(parsed.path if parsed.scheme else lake)
+    _check_directory(root)
+    return root
+
+
+def _check_directory(root: str) -> None:
+    if os.path.exists(root) and not os.path.isdir(root):
+        raise CliError(f"lake {root}: not a directory", DIRECTORY_HINT)
+    try:
+        os.makedirs(root, exist_ok=True)
+    except OSError as exc:
+        raise CliError(
+            f"lake {root}: cannot create the directory ({exc.strerror})", DIRECTORY_HINT
+        ) from exc
+    try:
+        with tempfile.TemporaryFile(dir=root):
+            pass
+    except OSError as exc:
+        raise CliError(
+            f"lake {root}: cannot write in the directory ({exc.strerror})", DIRECTORY_HINT
+        ) from exc
 
 
 class CliError(click.ClickException):
@@ -104,13 +139,13 @@ class DirectBackend:
 
         from api.app import create_app
         from lakepubsub import Engine, Settings
-        from lakepubsub.errors import LakePubSubError
 
+        root = lake_root(lake)
         try:
-            self.engine = Engine(Settings.from_env({**os.environ, "LAKEPUBSUB_LAKE": lake}))
+            self.engine = Engine(Settings.from_env({**os.environ, "LAKEPUBSUB_LAKE": root}))
             self.engine.catalog.view(max_staleness_s=0)
         except LakePubSubError as exc:
-            raise CliError(f"lake {lake}: {one_line(exc.message)}", STORAGE_HINT) from exc
+            raise CliError(f"lake {root}: {one_line(exc.message)}", STORAGE_HINT) from exc
         app = create_app(self.engine)
         self._stack = contextlib.ExitStack()
         self.portal = self._stack.enter_context(anyio.from_thread.start_blocking_portal())

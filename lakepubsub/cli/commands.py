@@ -3,7 +3,9 @@ publish and pull, over HTTP (default) or directly on the lake (``--direct``)."""
 
 from __future__ import annotations
 
+import copy
 import json
+import logging
 import os
 import re
 from collections.abc import Iterator
@@ -18,12 +20,12 @@ from lakepubsub.cli.backend import (
     STORAGE_HINT,
     CliError,
     backend,
+    check_lake,
     none_found,
-    one_line,
     pairs,
     project_id,
 )
-from lakepubsub.errors import LakePubSubError
+from lakepubsub.errors import LakePubSubError, one_line
 from lakepubsub.settings import DEFAULT_LAKE
 
 DEFAULT_URL = "http://127.0.0.1:8085"
@@ -51,11 +53,37 @@ def _echo(doc: Any) -> None:
 
 
 EPILOG = """\b
-Environment: every option above that names a variable (env var:) reads it when the
-option is not given; LAKEPUBSUB_PULL_WAIT_S, LAKEPUBSUB_CATALOG_MAX_STALENESS_S and
-the AWS_* variables (S3) are read by the server and by --direct (README.md,
-"Configuration").
+The options above may also follow the command (lakepubsub serve --lake DIR).
+
+\b
+Environment (README.md, "Configuration"; docs/security.md; docs/spark.md):
+  the command     LAKEPUBSUB_URL, LAKEPUBSUB_PROJECT, LAKEPUBSUB_TOKEN,
+                  LAKEPUBSUB_LAKE, LAKEPUBSUB_SPARK_MASTER
+  S3 lakes        AWS_ENDPOINT_URL (or LAKEPUBSUB_S3_ENDPOINT), AWS_REGION
+                  (or AWS_DEFAULT_REGION), AWS_ACCESS_KEY_ID,
+                  AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_PROFILE,
+                  AWS_ALLOW_HTTP (set for you with an http:// endpoint)
+  the server      LAKEPUBSUB_PULL_WAIT_S, LAKEPUBSUB_CATALOG_MAX_STALENESS_S,
+                  LAKEPUBSUB_CHANGE_CHECK_S, LAKEPUBSUB_MAX_INFLIGHT_REQUESTS,
+                  LAKEPUBSUB_MAX_INFLIGHT_BODY_BYTES, LAKEPUBSUB_GC_YOUNG_THRESHOLD
+  peering         LAKEPUBSUB_PEERING, LAKEPUBSUB_PEER_HOST,
+                  LAKEPUBSUB_PEER_ADVERTISE, LAKEPUBSUB_PEER_PORT
+  access          LAKEPUBSUB_API_KEYS, LAKEPUBSUB_ALLOW_ANONYMOUS,
+                  LAKEPUBSUB_JWKS_URL, LAKEPUBSUB_JWT_ISSUER, LAKEPUBSUB_JWT_AUDIENCE
+  push delivery   LAKEPUBSUB_PUSH, LAKEPUBSUB_PUSH_AUTHORIZATION,
+                  LAKEPUBSUB_PUSH_ALLOW_HTTP, LAKEPUBSUB_PUSH_ALLOW_LOOPBACK,
+                  LAKEPUBSUB_PUSH_ALLOW_NETWORKS, LAKEPUBSUB_PUSH_CA_BUNDLE,
+                  LAKEPUBSUB_PUSH_ENDPOINT_CONCURRENCY, LAKEPUBSUB_PUSH_ISSUER,
+                  LAKEPUBSUB_PUSH_MAX_BACKOFF_S, LAKEPUBSUB_PUSH_MIN_BACKOFF_S,
+                  LAKEPUBSUB_PUSH_MAX_OUTSTANDING,
+                  LAKEPUBSUB_PUSH_MAX_RESPONSE_BYTES, LAKEPUBSUB_PUSH_REFRESH_S,
+                  LAKEPUBSUB_PUSH_SIGNING_KEY
+  console         LAKEPUBSUB_CONSOLE_SAMPLE_S
+  jobs schedule   LAKEPUBSUB_COMPACT_INTERVAL_S, LAKEPUBSUB_TRUNCATE_INTERVAL_S,
+                  LAKEPUBSUB_GC_INTERVAL_S
 """
+# The group's options that may also follow a command: name -> is a flag.
+GLOBAL_OPTIONS = {"url": False, "project": False, "token": False, "direct": True, "lake": False}
 
 
 @click.group(cls=Cli, epilog=EPILOG)
@@ -104,17 +132,6 @@ def main(
     ctx.ensure_object(dict).update(url=url, project=project, token=token, direct=direct, lake=lake)
 
 
-def _check_lake(lake: str) -> None:
-    """Fail now, in one line, if the lake cannot be read (a missing bucket, say)."""
-    from lakepubsub import Engine, Settings
-
-    try:
-        with Engine(Settings.from_env({**os.environ, "LAKEPUBSUB_LAKE": lake})) as engine:
-            engine.catalog.view(max_staleness_s=0)
-    except LakePubSubError as exc:
-        raise CliError(f"lake {lake}: {one_line(exc.message)}", STORAGE_HINT) from exc
-
-
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option(
@@ -145,15 +162,15 @@ def serve(
     tls_key: str | None,
     log_level: str,
 ) -> None:
-    """Serve Pub/Sub's REST and gRPC APIs on one port, on the lake (``--lake`` /
-    LAKEPUBSUB_LAKE): ``http://HOST:PORT`` for REST, ``PUBSUB_EMULATOR_HOST=HOST:PORT``
-    for Google's clients over gRPC."""
+    """Serve Pub/Sub's REST and gRPC APIs on one port, on the lake (--lake,
+    LAKEPUBSUB_LAKE): http://HOST:PORT for REST, PUBSUB_EMULATOR_HOST=HOST:PORT for
+    Google's clients over gRPC. Logs one line per REST request and per gRPC call."""
     import uvicorn
 
     from api.grpc import OnePortProtocol
+    from api.grpc.door import ACCESS_LOG
 
-    lake = ctx.ensure_object(dict)["lake"]
-    _check_lake(lake)
+    lake = check_lake(ctx.ensure_object(dict)["lake"])
     os.environ["LAKEPUBSUB_LAKE"] = lake
     click.echo(f"lakepubsub: lake {lake}, http{'s' if tls_cert else ''}://{host}:{port}")
     uvicorn.run(
@@ -168,19 +185,34 @@ def serve(
         timeout_graceful_shutdown=30,
         timeout_keep_alive=constants.KEEP_ALIVE_S,
         http=OnePortProtocol,
+        log_config=_log_config(log_level, ACCESS_LOG.name),
     )
+
+
+def _log_config(log_level: str, grpc_access: str) -> dict[str, Any]:
+    """uvicorn's logging, plus the gRPC door's access log (``grpc_access``) beside
+    uvicorn's REST access log, at the same level."""
+    from uvicorn.config import LOG_LEVELS, LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["handlers"]["grpc_access"] = {**config["handlers"]["access"], "formatter": "default"}
+    config["loggers"][grpc_access] = {
+        "handlers": ["grpc_access"],
+        "level": LOG_LEVELS.get(log_level.lower(), logging.INFO),
+        "propagate": False,
+    }
+    return config
 
 
 @main.command("push")
 @click.pass_context
 def push_command(ctx: click.Context) -> None:
-    """Run push delivery only, on the lake (``--lake``): add processes to scale out."""
+    """Run push delivery only, on the lake (--lake): add processes to scale out."""
     # [push integration, issue 7] every setting is read from LAKEPUBSUB_PUSH_*.
     from lakepubsub import Engine, Settings, heap
     from lakepubsub.push import run_forever
 
-    lake = ctx.ensure_object(dict)["lake"]
-    _check_lake(lake)
+    lake = check_lake(ctx.ensure_object(dict)["lake"])
     os.environ["LAKEPUBSUB_LAKE"] = lake
     click.echo(f"lakepubsub: push delivery for lake {lake}")
     engine = Engine(Settings.from_env())
@@ -273,7 +305,7 @@ def topics_delete(ctx: click.Context, topic: str) -> None:
 
 @main.group()
 def subscriptions() -> None:
-    """Create, list and delete subscriptions."""
+    """Create, list, show, truncate and delete subscriptions."""
 
 
 def _topic_path(project: str, topic: str) -> str:
@@ -335,6 +367,32 @@ def subscriptions_list(ctx: click.Context, topic: str | None) -> None:
     if not found:
         where = f"topic {topic} of project {project}" if topic else f"project {project}"
         none_found(f"no subscriptions in {where}")
+
+
+@subscriptions.command("get")
+@click.argument("subscription")
+@click.pass_context
+def subscriptions_get(ctx: click.Context, subscription: str) -> None:
+    """Print SUBSCRIPTION as JSON (with its truncation policy, if it has one)."""
+    _echo(backend(ctx).call("GET", f"/v1/projects/{project_id(ctx)}/subscriptions/{subscription}"))
+
+
+@subscriptions.command("truncate")
+@click.argument("subscription")
+@click.pass_context
+def subscriptions_truncate(ctx: click.Context, subscription: str) -> None:
+    """Drop every message SUBSCRIPTION has not acknowledged; its next pull then
+    delivers a truncation event first."""
+    path = f"/v1/projects/{project_id(ctx)}/subscriptions/{subscription}"
+    event = backend(ctx).call("POST", f"{path}:truncate").get("event", {})
+    first, end = event.get("firstOffset", 0), event.get("endOffset", 0)
+    if not event.get("truncated", True) or end <= first:
+        click.echo(f"{subscription}: nothing to drop (no unacknowledged messages)")
+        return
+    click.echo(
+        f"{subscription}: dropped offsets {first}-{end - 1}; "
+        "the next pull delivers a truncation event first"
+    )
 
 
 @subscriptions.command("delete")
@@ -437,5 +495,35 @@ def _add_spark_commands() -> None:
     main.add_command(sql)
 
 
+def _store_late_option(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    if value is not None and value is not False and param.name:
+        ctx.find_root().ensure_object(dict)[param.name] = value
+
+
+def _accept_global_options(group: click.Group) -> None:
+    """Let every command take the group's options after its name too: ``lakepubsub
+    serve --lake DIR`` as ``lakepubsub --lake DIR serve``. A command's own option of
+    the same name (``jobs run compact --lake``) is left as it is."""
+    for command in group.commands.values():
+        if isinstance(command, click.Group):
+            _accept_global_options(command)
+            continue
+        taken = {opt for param in command.params for opt in param.opts}
+        for name, flag in GLOBAL_OPTIONS.items():
+            if f"--{name}" in taken:
+                continue
+            command.params.append(
+                click.Option(
+                    [f"--{name}"],
+                    is_flag=flag,
+                    default=False if flag else None,
+                    hidden=True,
+                    expose_value=False,
+                    callback=_store_late_option,
+                )
+            )
+
+
 _add_message_commands()
 _add_spark_commands()
+_accept_global_options(main)

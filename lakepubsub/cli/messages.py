@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -50,6 +51,14 @@ def _requests(messages: list[dict[str, Any]]) -> Iterator[tuple[int, list[dict[s
 @click.option(
     "--file", "path", type=click.File("rb"), default=None, help="one message per line ('-': stdin)"
 )
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "ids"]),
+    default=None,
+    help="text: say what was published; ids: only the message ids, one a line"
+    " [default: text on a terminal, else ids].",
+)
 @click.pass_context
 def publish(
     ctx: click.Context,
@@ -58,15 +67,19 @@ def publish(
     attrs: tuple[str, ...],
     ordering_key: str,
     path: Any,
+    fmt: str | None,
 ) -> None:
-    """Publish one message (--data/--attr) or one per line of a file, and print the
-    message ids, one a line. A file is sent in requests within Pub/Sub's limits (1,000
+    """Publish one message (--data/--attr) or one per line of a file. Prints the
+    message ids, one a line (with --format text, one message is said in words: its
+    id and topic). A file is sent in requests within Pub/Sub's limits (1,000
     messages, 10 MB); if one fails, what was published is printed, what was not is
     named (by line), and the command exits with status 1."""
+    fmt = fmt or ("text" if sys.stdout.isatty() else "ids")
     attributes = pairs(attrs)
     payloads = [line.rstrip(b"\n") for line in path] if path else [(data or "").encode()]
     messages = [_message(p, attributes, ordering_key) for p in payloads]
-    url = f"/v1/projects/{project_id(ctx)}/topics/{topic}:publish"
+    topic_path = f"projects/{project_id(ctx)}/topics/{topic}"
+    url = f"/v1/{topic_path}:publish"
     published = 0
     for first, chunk in _requests(messages):
         try:
@@ -85,8 +98,12 @@ def publish(
                 f"{first + len(chunk)} failed: {exc.message}",
                 exc.hint,
             ) from exc
-        for message_id in doc["messageIds"]:
-            click.echo(message_id)
+        if fmt == "text" and not path:
+            [message_id] = doc["messageIds"]
+            click.echo(f"published message {message_id} to {topic_path}")
+        else:
+            for message_id in doc["messageIds"]:
+                click.echo(message_id)
         published += len(chunk)
     if path:
         click.echo(f"published {published} messages", err=True)
@@ -147,7 +164,7 @@ def _settle(ctx: click.Context, subscription: str, ack_ids: list[str], *, nack: 
 @click.argument("ack_ids", nargs=-1, required=True)
 @click.pass_context
 def ack(ctx: click.Context, subscription: str, ack_ids: tuple[str, ...]) -> None:
-    """Acknowledge messages of SUBSCRIPTION by their ack ids (from `pull`)."""
+    """Acknowledge messages of SUBSCRIPTION by their ack ids (from pull)."""
     _settle(ctx, subscription, list(ack_ids), nack=False)
 
 
