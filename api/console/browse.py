@@ -18,7 +18,8 @@ from lakepubsub.topic_table import MessagesTable
 PAGE_MESSAGES = 50
 # Messages an attribute or time filter looks through for one page at most.
 SCAN_MESSAGES = 20_000
-# Offsets read per step of a scan.
+# Offsets read per step of a scan: a page's worth first (small publishes make many
+# small files, each a read), doubling up to this.
 SCAN_STEP = 1_000
 # Topic handles kept between requests (opening one reads the table's log).
 HANDLES = 16
@@ -100,12 +101,12 @@ def _scan(
 ) -> Page:
     """From offset ``first`` towards ``stop`` (exclusive), in steps, keeping matches."""
     found: list[Message] = []
-    at, scanned = first, 0
+    at, scanned, step = first, 0, PAGE_MESSAGES
     while scanned < SCAN_MESSAGES and (at < stop if forward else at > stop):
         if forward:
-            lo, hi = at, min(stop, at + SCAN_STEP)
+            lo, hi = at, min(stop, at + step)
         else:
-            lo, hi = max(stop + 1, at - SCAN_STEP + 1), at + 1
+            lo, hi = max(stop + 1, at - step + 1), at + 1
         rows = from_arrow(table.read_range(lo, hi))
         scanned += hi - lo
         if not forward:
@@ -119,6 +120,7 @@ def _scan(
                     after = message.offset + 1 if forward else message.offset - 1
                     return Page(found, oldest, head, scanned, after)
         at = hi if forward else lo - 1
+        step = min(SCAN_STEP, step * 2)
     done = at >= stop if forward else at <= stop
     return Page(found, oldest, head, scanned, None if done else at)
 

@@ -85,6 +85,7 @@ async def lake(request: Request) -> Response:
             "total_bytes": human(sum(t["bytes_n"] for t in tables), "B"),
             "interval": f"{sampler.interval_s:g}",
             "sample_ms": f"{sampler.last_sample_s * 1000:.0f}",
+            "sample_cpu_ms": f"{sampler.last_sample_cpu_s * 1000:.0f}",
         }
 
     return await page(request, "lake", build)

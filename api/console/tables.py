@@ -8,11 +8,12 @@ bytes) is kept until the file leaves the table.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lakepubsub import schemas
@@ -39,41 +40,129 @@ def footprint(log: TableLog) -> Footprint:
     return Footprint(log.version, len(log.files), sum(f.size for f in log.files.values()))
 
 
+class SizeReads:
+    """How many files one sample may still read for message sizes."""
+
+    def __init__(self, files: int) -> None:
+        self.left = files
+
+
+class _File(NamedTuple):
+    lo: int  # lowest offset
+    hi: int  # highest offset
+    rows: int
+    path: str
+
+
 class TopicReader:
-    """A topic's messages table: its head, and the sizes of messages in it. One thread."""
+    """A topic's messages table: its head, its size, and the sizes of messages in it.
+
+    Files are indexed by offset as the log adds them (rebuilt when files are
+    removed); a file's message sizes are read once, only when a backlog needs
+    them. One thread.
+    """
 
     def __init__(self, lake: Lake, topic_uid: str) -> None:
         self.log = TableLog(lake, lake.messages_uri(topic_uid), tracked=("offset", "publish_time"))
-        # path -> (offsets, sizes), sorted by offset: read once per file.
-        self._sizes: dict[str, tuple[pa.Array, pa.Array]] = {}
+        self._files: list[_File] = []  # by lowest offset
+        self._los: list[int] = []
+        self._indexed = 0
+        self._generation = -1
+        self._head = 0
+        self._bytes = 0
+        # path -> sizes in offset order (files hold contiguous offsets), read once.
+        self._sizes: dict[str, list[int]] = {}
+        self._totals: dict[str, int] = {}
+        self._read_rows = 0  # over the files read: for the mean size of unread ones
+        self._read_bytes = 0
         self._published: dict[int, int] = {}  # offset -> publish time (oldest unacked)
 
     def refresh(self) -> None:
-        self.log.tail()
-        live = self.log.files
-        for path in [p for p in self._sizes if p not in live]:
-            del self._sizes[path]
+        log = self.log
+        log.tail()
+        if self._generation != log.generation:  # files were removed: index again
+            self._generation, self._indexed = log.generation, 0
+            self._files, self._los, self._head, self._bytes = [], [], 0, 0
+            live = log.files
+            for path in [p for p in self._sizes if p not in live]:
+                del self._sizes[path]
+                del self._totals[path]
+        fresh = log.added[self._indexed :]
+        self._indexed = len(log.added)
+        added = [
+            _File(f.mins["offset"], f.maxs["offset"], f.rows, f.path)
+            for f in fresh
+            if f.rows and "offset" in f.mins and "offset" in f.maxs
+        ]
+        self._bytes += sum(f.size for f in fresh)
+        if not added:
+            return
+        if (self._los and added[0].lo < self._los[-1]) or added != sorted(added):
+            added = sorted(self._files + added)
+            self._files, self._los = [], []
+        for f in added:
+            self._files.append(f)
+            self._los.append(f.lo)
+            self._head = max(self._head, f.hi + 1)
 
     def head(self) -> int:
         """One past the highest offset in the table (0 when empty)."""
-        return 1 + max((f.maxs.get("offset", -1) for f in self.log.files.values()), default=-1)
+        return self._head
 
-    def bytes_of(self, lo: int, hi: int, offsets: list[int]) -> int:
-        """Total size of the messages with ``lo <= offset < hi`` or in ``offsets``."""
-        low = min([lo, *offsets]) if offsets else lo
-        if hi <= low:
-            return 0
-        wanted = pa.array(offsets, pa.int64())
+    def footprint(self) -> Footprint:
+        return Footprint(self.log.version, len(self.log.files), self._bytes)
+
+    def bytes_of(self, lo: int, hi: int, offsets: list[int], reads: SizeReads) -> int:
+        """Total size of the messages with ``lo <= offset < hi`` or in ``offsets``
+        (sorted, below ``lo``). Exact for files whose sizes were read; ``reads`` caps
+        the files read now, and the rest count their rows at the mean size so far."""
         total = 0
-        for f in self.log.files.values():
-            first, last = f.mins.get("offset"), f.maxs.get("offset")
-            if first is None or last is None or last < low or first >= hi:
+        i = max(0, bisect.bisect_right(self._los, lo) - 1)
+        while i < len(self._files) and self._files[i].lo < hi:
+            f = self._files[i]
+            i += 1
+            if f.hi < lo:
                 continue
-            offs, sizes = self._read_sizes(f.path)
-            in_range = pc.and_(pc.greater_equal(offs, lo), pc.less(offs, hi))
-            mask = pc.or_(in_range, pc.is_in(offs, value_set=wanted)) if offsets else in_range
-            total += pc.sum(pc.filter(sizes, mask)).as_py() or 0
+            first, last = max(lo, f.lo), min(hi - 1, f.hi)
+            sizes = self._file_sizes(f, reads)
+            if sizes is None:
+                total += round((last - first + 1) * self._mean_size(f))
+            elif first == f.lo and last == f.hi:
+                total += self._totals[f.path]
+            else:
+                total += sum(sizes[first - f.lo : last - f.lo + 1])
+        for offset in offsets:
+            j = bisect.bisect_right(self._los, offset) - 1
+            if j < 0 or self._files[j].hi < offset:
+                continue  # no longer stored
+            f = self._files[j]
+            sizes = self._file_sizes(f, reads)
+            total += round(self._mean_size(f)) if sizes is None else sizes[offset - f.lo]
         return total
+
+    def _mean_size(self, f: _File) -> float:
+        if self._read_rows:
+            return self._read_bytes / self._read_rows
+        stored = self.log.files.get(f.path)
+        return stored.size / f.rows if stored is not None else 0.0
+
+    def _file_sizes(self, f: _File, reads: SizeReads) -> list[int] | None:
+        found = self._sizes.get(f.path)
+        if found is not None or reads.left <= 0:
+            return found
+        reads.left -= 1
+        with storage_errors(self.log.uri):
+            rows = pq.read_table(self.log.open_file(f.path), columns=["offset", "size"])
+        offsets: list[int] = rows["offset"].to_pylist()
+        sizes: list[int] = rows["size"].to_pylist()
+        if offsets != list(range(f.lo, f.hi + 1)):  # not contiguous: place each by offset
+            by_offset = dict(zip(offsets, sizes, strict=True))
+            sizes = [by_offset.get(o, 0) for o in range(f.lo, f.hi + 1)]
+        self._sizes[f.path] = sizes
+        self._totals[f.path] = sum(sizes)
+        self._read_rows += len(sizes)
+        self._read_bytes += self._totals[f.path]
+        return sizes
 
     def publish_time_us(self, offset: int) -> int | None:
         """When the message at ``offset`` was published, if the table still holds it."""
@@ -82,30 +171,19 @@ class TopicReader:
             return known
         if len(self._published) >= PUBLISHED_CACHE:
             self._published.clear()
-        for f in self.log.files.values():
-            if f.mins.get("offset", offset + 1) <= offset <= f.maxs.get("offset", -1):
-                with storage_errors(self.log.uri):
-                    rows = pq.read_table(
-                        self.log.open_file(f.path),
-                        columns=["publish_time"],
-                        filters=[("offset", "=", offset)],
-                    )
-                if rows.num_rows:
-                    found = int(rows["publish_time"].cast(pa.int64())[0].as_py())
-                    self._published[offset] = found
-                    return found
-        return None
-
-    def _read_sizes(self, path: str) -> tuple[pa.Array, pa.Array]:
-        found = self._sizes.get(path)
-        if found is None:
-            with storage_errors(self.log.uri):
-                rows = pq.read_table(self.log.open_file(path), columns=["offset", "size"])
-            found = (
-                rows["offset"].combine_chunks().cast(pa.int64()),
-                rows["size"].combine_chunks().cast(pa.int64()),
+        j = bisect.bisect_right(self._los, offset) - 1
+        if j < 0 or self._files[j].hi < offset:
+            return None
+        with storage_errors(self.log.uri):
+            rows = pq.read_table(
+                self.log.open_file(self._files[j].path),
+                columns=["publish_time"],
+                filters=[("offset", "=", offset)],
             )
-            self._sizes[path] = found
+        if not rows.num_rows:
+            return None
+        found = int(rows["publish_time"].cast(pa.int64())[0].as_py())
+        self._published[offset] = found
         return found
 
 
