@@ -188,20 +188,26 @@ class TopicReader:
 
 
 class LeaseReader:
-    """A subscription's lease table, read again only when it moved. One thread."""
+    """A subscription's lease table, read again only when it moved, and then only the
+    files added since (a commit adds one or two and removes those it replaced).
+    One thread."""
 
     def __init__(self, lake: Lake, subscription_uid: str) -> None:
         self.log = TableLog(lake, lake.leases_uri(subscription_uid))
         self._state: LeaseState | None = None
+        self._files: dict[str, pa.Table] = {}
 
     def state(self) -> LeaseState:
         self.log.tail()
         if self._state is None or self._state.version != self.log.version:
-            parts = []
+            live = self.log.files
+            self._files = {p: t for p, t in self._files.items() if p in live}
             with storage_errors(self.log.uri):
-                for path in self.log.files:
-                    rows = pq.read_table(self.log.open_file(path))
-                    parts.append(rows.select(schemas.LEASES.names).cast(schemas.LEASES))
+                for path in live:
+                    if path not in self._files:
+                        rows = pq.read_table(self.log.open_file(path))
+                        self._files[path] = rows.select(schemas.LEASES.names).cast(schemas.LEASES)
+            parts = list(self._files.values())
             table = pa.concat_tables(parts) if parts else schemas.LEASES.empty_table()
             self._state = LeaseState.from_arrow(table, self.log.version)
         return self._state

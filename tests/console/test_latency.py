@@ -128,7 +128,7 @@ def test_an_open_console_costs_the_server_little_cpu(crowded: Crowded) -> None:
     used = (after.user - before.user) + (after.system - before.system)
     share = used / elapsed
     added = share - crowded.idle_cpu_share
-    took = sample.split("the last sample took ")[1].split(")")[0]
+    took = sample.split("the last sample took ")[1].split(")")[0]  # "N ms, M ms of CPU"
     print(
         f"{TOPICS} topics and {TOPICS} subscriptions, idle lake: server CPU "
         f"{crowded.idle_cpu_share:.1%} of a core before the console was opened, "
