@@ -28,6 +28,9 @@ from lakepubsub.spark.views import View
 MAX_CELL_CHARS = 60
 HISTORY_FILE = Path.home() / ".lakepubsub_sql_history"
 HISTORY_LINES = 1000
+# Stands for a line break inside a statement in the history file (ASCII's unit
+# separator: nobody types it, and a statement's own text is kept unchanged).
+LINE_BREAK = "\x1f"
 PROMPT = "sql> "
 CONTINUATION = "...> "
 # A line that drops the statement typed so far (Ctrl-C at the prompt).
@@ -241,18 +244,25 @@ def keep_statement(history: Any, started: int) -> None:
 
 @contextlib.contextmanager
 def _history() -> Iterator[Any]:
-    """The readline module with the kept history loaded (None without readline)."""
+    """The readline module with the kept history loaded (None without readline).
+
+    Kept by hand, one entry a line: readline's own file would split a statement
+    of several lines into several entries when read back.
+    """
     try:
         import readline
     except ImportError:  # no readline on this platform: plain input()
         yield None
         return
-    with contextlib.suppress(OSError):
-        readline.read_history_file(HISTORY_FILE)
-    readline.set_history_length(HISTORY_LINES)
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        for entry in HISTORY_FILE.read_text().splitlines()[-HISTORY_LINES:]:
+            readline.add_history(entry.replace(LINE_BREAK, "\n"))
     try:
         yield readline
     finally:
+        count = readline.get_current_history_length()
+        entries = [readline.get_history_item(i) or "" for i in range(1, count + 1)]
+        kept = "".join(e.replace("\n", LINE_BREAK) + "\n" for e in entries[-HISTORY_LINES:])
         with contextlib.suppress(OSError):
-            readline.write_history_file(HISTORY_FILE)
+            HISTORY_FILE.write_text(kept)
             os.chmod(HISTORY_FILE, 0o600)

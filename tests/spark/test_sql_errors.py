@@ -6,9 +6,12 @@ query never read) stays off the terminal; no Java is one line, not a traceback."
 from __future__ import annotations
 
 import os
+import pty
+import select
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +19,7 @@ import pytest
 from lakepubsub import Engine, PublishMessage, Settings, Topic, TopicName
 from lakepubsub.names import SchemaName
 from lakepubsub.spark import jars
-from lakepubsub.spark.shell import keep_statement
+from lakepubsub.spark.shell import LINE_BREAK, keep_statement
 from lakepubsub.topics import SchemaSettings
 
 LAKEPUBSUB = str(Path(sys.executable).with_name("lakepubsub"))
@@ -108,6 +111,45 @@ def test_history_keeps_a_statement_as_one_entry() -> None:
     keep_statement(readline, 1)  # a one-line statement stays as it is
     assert readline.get_current_history_length() == 2
     readline.clear_history()
+
+
+def test_the_terminal_shell_keeps_statements_whole_across_sessions(
+    demo_lake: str, tmp_path: Path
+) -> None:
+    """Typed at a terminal (a pty): a statement over two lines is one history entry in
+    ~/.lakepubsub_sql_history, and `exit` leaves."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".lakepubsub_sql_history").write_text(f".tables\nSELECT 1{LINE_BREAK}  AS old;\n")
+    leader, follower = pty.openpty()
+    shell = subprocess.Popen(
+        [LAKEPUBSUB, "sql", "--lake", demo_lake],
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        env={**os.environ, "HOME": str(home)},
+    )
+    os.close(follower)
+    os.write(leader, b"SELECT count(*) AS n\n  FROM demo__orders;\nexit\n")
+    seen = b""
+    deadline = time.monotonic() + 300
+    while shell.poll() is None and time.monotonic() < deadline:
+        if select.select([leader], [], [], 0.5)[0]:
+            try:
+                seen += os.read(leader, 65536)
+            except OSError:  # the shell closed the terminal
+                break
+    shell.wait(timeout=30)
+    os.close(leader)
+    assert shell.returncode == 0, seen.decode(errors="replace")
+    assert b"(1 row)" in seen
+    kept = (home / ".lakepubsub_sql_history").read_text().splitlines()
+    assert kept == [
+        ".tables",
+        f"SELECT 1{LINE_BREAK}  AS old;",
+        f"SELECT count(*) AS n{LINE_BREAK}  FROM demo__orders;",
+        "exit",
+    ]
 
 
 @pytest.mark.parametrize("command", [["sql", "SELECT 1"], ["jobs", "run", "truncate"]])
