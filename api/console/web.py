@@ -108,8 +108,7 @@ def common(request: Request, v: Viewer | None, section: str, **ctx: Any) -> dict
         "logged_in": COOKIE in request.cookies,
         "refresh_ms": int(REFRESH_S * 1000),
         "live": False,
-        "flash": request.query_params.get("done", ""),
-        "flash_class": "ok",
+        "flash": request.query_params.get("done", ""),  # what an action did
         **ctx,
     }
 
