@@ -1,0 +1,280 @@
+"""S3 cost of lakepubsub, counted at a proxy in front of moto (bench/s3/proxy.py).
+
+    python -m bench.s3 [--quick] [--profile zero|standard|express] [--out DIR]
+
+Cases:
+
+- ``idle``: a ``lakepubsub serve`` process on a moto lake with 1 topic and 1
+  subscription and no client, then with ``IDLE_RESOURCES`` topics and
+  subscriptions and one StreamingPull stream open on each (Google's Python
+  client, in its own process). After a warm-up the proxy's counts are zeroed
+  and read again ``window`` seconds later: requests per minute by kind and the
+  top key patterns, and dollars per month at S3 Standard and Express prices.
+
+Written to ``DIR/s3.md`` (``bench/results`` by default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import orjson
+
+from bench import peer_lakepubsub as lps
+from bench.procstats import ProcessMeter
+from bench.s3.proxy import PROFILES, usd
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+IDLE_RESOURCES = 20
+WARMUP_S = 15.0
+# Long enough for a change check (300 s on S3) and several peer heartbeats (60 s).
+WINDOW_S = 330.0
+QUICK_WINDOW_S = 20.0
+MINUTES_PER_MONTH = 60 * 24 * 30
+TOP_KEYS = 8
+MILLION = 1_000_000
+# Streams open and the first cycles run before the counts are zeroed.
+LOAD_SETTLE_S = 5.0
+LOAD_TIMEOUT_S = 900.0
+
+
+@dataclass
+class IdleResult:
+    label: str
+    seconds: float
+    kinds: dict[str, int]
+    keys: dict[str, int]
+
+    def per_minute(self, kind: str) -> float:
+        return self.kinds.get(kind, 0) * 60 / self.seconds
+
+    def usd_month(self, tier: str) -> float:
+        return usd(self.kinds, tier) * 60 / self.seconds * MINUTES_PER_MONTH
+
+
+def _create(server: lps.LakePubSubServer, count: int, prefix: str = "idle") -> list[str]:
+    """``count`` topics and one subscription to each; the subscriptions' names
+    (each topic's name is its subscription's with ``topics``)."""
+    base = f"{server.url}/v1/projects/{lps.PROJECT}"
+    subscriptions = []
+    with httpx.Client(timeout=lps.REQUEST_TIMEOUT_S) as client:
+        for i in range(count):
+            client.put(f"{base}/topics/{prefix}-{i}").raise_for_status()
+            body = {"topic": f"projects/{lps.PROJECT}/topics/{prefix}-{i}"}
+            client.put(f"{base}/subscriptions/{prefix}-{i}", json=body).raise_for_status()
+            subscriptions.append(f"projects/{lps.PROJECT}/subscriptions/{prefix}-{i}")
+    return subscriptions
+
+
+@dataclass
+class LoadResult:
+    label: str
+    messages: int
+    kinds: dict[str, int]
+    commits: dict[str, float]
+    publish: dict[str, object]
+    delivery: dict[str, object]
+    cpu_s: dict[str, float] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+    def per_million(self, kind: str) -> float:
+        return self.kinds.get(kind, 0) * MILLION / max(1, self.messages)
+
+    def usd_per_million(self, tier: str) -> float:
+        return usd(self.kinds, tier) * MILLION / max(1, self.messages)
+
+
+def _commits(server: lps.LakePubSubServer) -> dict[str, float]:
+    found: dict[str, float] = {}
+    for line in httpx.get(f"{server.url}/metrics", timeout=30).text.splitlines():
+        if line.startswith("lakepubsub_delta_commits_total{"):
+            table = line.split('table="', 1)[1].split('"', 1)[0]
+            found[table] = found.get(table, 0.0) + float(line.rpartition(" ")[2])
+    return found
+
+
+def _json_line(process: subprocess.Popen[bytes]) -> dict[str, object]:
+    out, _ = process.communicate(timeout=LOAD_TIMEOUT_S)
+    for line in reversed(out.decode().splitlines()):
+        if line.startswith("{"):
+            return dict(orjson.loads(line))
+    raise RuntimeError(f"no result from {process.args!r}: {out.decode()[-2000:]}")
+
+
+def load(
+    label: str,
+    topics: int,
+    rate: float,
+    seconds: float,
+    *,
+    single: bool,
+    profile: str,
+    env: dict[str, str] | None = None,
+) -> LoadResult:
+    """``rate`` messages a second for ``seconds`` over ``topics`` topics, open loop,
+    one StreamingPull subscriber per topic; requests counted from the first
+    publish until the subscriber has every message."""
+    with lps.LakePubSubServer(s3=True, grpc=True, proxy=profile, env=env) as server:
+        assert server.proxy is not None and server.moto is not None
+        names = _create(server, topics, "load")
+        total = int(rate * seconds)
+        host = server.emulator_host
+        module = [sys.executable, "-m", "bench.s3.load"]
+        subscriber = subprocess.Popen(
+            [*module, "subscribe", host, "--subscriptions", ",".join(names),
+             "--expect", str(total), "--seconds", str(seconds + 300)],
+            stdout=subprocess.PIPE, cwd=lps.REPO,
+        )  # fmt: skip
+        assert subscriber.stdout is not None
+        subscriber.stdout.readline()  # "ready"
+        time.sleep(LOAD_SETTLE_S)
+        server.proxy.reset()
+        before = _commits(server)
+        topic_names = ",".join(n.replace("/subscriptions/", "/topics/") for n in names)
+        meters = [ProcessMeter(p) for p in (server.pid, server.moto.pid, server.proxy.pid)]
+        started = time.monotonic()
+        for meter in meters:
+            meter.__enter__()
+        publisher = subprocess.Popen(
+            [*module, "publish", host, "--topics", topic_names, "--rate", str(rate),
+             "--seconds", str(seconds), *(["--single"] if single else [])],
+            stdout=subprocess.PIPE, cwd=lps.REPO,
+        )  # fmt: skip
+        published = _json_line(publisher)
+        delivered = _json_line(subscriber)
+        for meter in meters:
+            meter.__exit__(None, None, None)
+        wall = time.monotonic() - started
+        counts = server.proxy.reset()
+        after = _commits(server)
+    kinds = {str(k): int(v) for k, v in dict(counts["kinds"]).items()}  # type: ignore[call-overload]
+    commits = {t: after.get(t, 0.0) - before.get(t, 0.0) for t in after}
+    cpu = {n: m.usage.cpu_s for n, m in zip(("server", "moto", "proxy"), meters, strict=True)}
+    return LoadResult(label, total, kinds, commits, published, delivered, cpu, wall)
+
+
+def idle(label: str, resources: int, streams: bool, window_s: float, profile: str) -> IdleResult:
+    with lps.LakePubSubServer(s3=True, grpc=True, proxy=profile) as server:
+        assert server.proxy is not None
+        names = _create(server, resources)
+        holder = None
+        if streams:
+            command = [sys.executable, "-m", "bench.s3.streams", server.emulator_host, *names]
+            holder = subprocess.Popen(command, stdout=subprocess.PIPE, cwd=lps.REPO)
+        try:
+            time.sleep(WARMUP_S)
+            server.proxy.reset()
+            time.sleep(window_s)
+            counts = server.proxy.reset()
+        finally:
+            if holder is not None:
+                holder.terminate()
+                holder.wait(timeout=30)
+    kinds = {str(k): int(v) for k, v in dict(counts["kinds"]).items()}  # type: ignore[call-overload]
+    keys = {str(k): int(v) for k, v in dict(counts["keys"]).items()}  # type: ignore[call-overload]
+    return IdleResult(label, float(counts["seconds"]), kinds, keys)  # type: ignore[arg-type]
+
+
+def load_report(results: list[LoadResult], profile: str) -> list[str]:
+    lines = [
+        "",
+        f"## Load (profile `{profile}`)",
+        "",
+        "Google's Python client, default batching unless *single*; open loop; one "
+        "StreamingPull subscriber per topic. Requests and commits from the first "
+        "publish until the subscriber had every message.",
+        "",
+        "| case | PUT/1M | GET/1M | HEAD/1M | LIST/1M | $/1M Standard | $/1M Express "
+        "| msgs/topic commit | msgs/lease commit | publish p50/p99 ms | e2e p50/p99 ms "
+        "| failures | duplicates | CPU s server/moto/proxy |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        ack = r.publish.get("ack_ms", {})
+        e2e = r.delivery.get("e2e_ms", {})
+        assert isinstance(ack, dict) and isinstance(e2e, dict)
+        messages_per = r.messages / max(1.0, r.commits.get("messages", 0.0))
+        lease_per = r.messages / max(1.0, r.commits.get("leases", 0.0))
+        lines.append(
+            f"| {r.label} | {r.per_million('put') + r.per_million('post'):,.0f} "
+            f"| {r.per_million('get'):,.0f} | {r.per_million('head'):,.0f} "
+            f"| {r.per_million('list'):,.0f} "
+            f"| {r.usd_per_million('standard'):.3f} | {r.usd_per_million('express'):.3f} "
+            f"| {messages_per:.1f} | {lease_per:.1f} "
+            f"| {ack['p50']:.0f} / {ack['p99']:.0f} | {e2e['p50']:.0f} / {e2e['p99']:.0f} "
+            f"| {r.publish.get('failures')} | {r.delivery.get('duplicates')} "
+            f"| {r.cpu_s['server']:.1f} / {r.cpu_s['moto']:.1f} / {r.cpu_s['proxy']:.1f} |"
+        )
+    return lines
+
+
+def report(results: list[IdleResult], profile: str, window_s: float) -> list[str]:
+    lines = [
+        "# lakepubsub on S3: requests counted at the proxy",
+        "",
+        f"`python -m bench.s3` — moto behind `bench/s3/proxy.py` (profile `{profile}`), "
+        f"one `lakepubsub serve` process; idle window {window_s:.0f} s after a "
+        f"{WARMUP_S:.0f} s warm-up.",
+        "",
+        "## Idle",
+        "",
+        "| case | PUT/min | LIST/min | GET/min | HEAD/min | $/month Standard | $/month Express |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        cells = [r.per_minute(k) for k in ("put", "list", "get", "head")]
+        lines.append(
+            f"| {r.label} | "
+            + " | ".join(f"{c:.1f}" for c in cells)
+            + f" | {r.usd_month('standard'):.2f} | {r.usd_month('express'):.2f} |"
+        )
+    for r in results:
+        lines += ["", f"Top request patterns, {r.label} (per minute):", ""]
+        for key, n in list(r.keys.items())[:TOP_KEYS]:
+            lines.append(f"- `{key}`: {n * 60 / r.seconds:.1f}")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="zero")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--cases", default="idle,load", help="idle, load or both")
+    args = parser.parse_args(argv)
+    cases = set(args.cases.split(","))
+    window = QUICK_WINDOW_S if args.quick else WINDOW_S
+    many = f"{IDLE_RESOURCES} topics, {IDLE_RESOURCES} subscriptions, {IDLE_RESOURCES} streams"
+    results = []
+    if "idle" in cases:
+        results.append(idle("1 topic, 1 subscription, no client", 1, False, window, args.profile))
+        results.append(idle(many, IDLE_RESOURCES, True, window, args.profile))
+    lines = report(results, args.profile, window)
+    rate, seconds = (300.0, 20.0) if args.quick else (3000.0, 60.0)
+    small = 5.0 if args.quick else 10.0
+    topics = 5 if args.quick else 20
+    loads = [] if "load" not in cases else [
+        load(
+            f"1 topic, {rate:.0f} msgs/s, batched",
+            1, rate, seconds, single=False, profile=args.profile,
+        ),
+        load(
+            f"{topics} topics x {small:.0f} msgs/s, single",
+            topics, topics * small, seconds, single=True, profile=args.profile,
+        ),
+    ]  # fmt: skip
+    lines += load_report(loads, args.profile)
+    print("\n".join(lines))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "s3.md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
