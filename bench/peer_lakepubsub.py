@@ -68,6 +68,7 @@ from bench import scratch
 from bench import workload as w
 from bench.ports import free_port
 from bench.procstats import ProcessMeter, ProcessUsage
+from bench.s3.proxy import S3Proxy
 from lakepubsub import constants
 
 SYSTEM = "lakepubsub"
@@ -229,6 +230,8 @@ class LakePubSubServer:
         pull_wait_s: float = PULL_WAIT_S,
         grpc: bool = False,
         joins: LakePubSubServer | None = None,
+        proxy: str | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         # ``joins``: serve the lake of that running server instead of a fresh one.
         self._joins = joins
@@ -237,6 +240,11 @@ class LakePubSubServer:
         # ``lakepubsub serve`` (REST and gRPC on one port) instead of plain uvicorn.
         self.grpc = grpc
         self.system = SYSTEM_S3 if self.s3 else SYSTEM
+        # With ``s3``: the server reaches moto through a counting, delaying proxy
+        # (bench/s3/proxy.py) with this latency profile.
+        self._proxy_profile = proxy
+        self.proxy: S3Proxy | None = None
+        self._env = env or {}
         self.directory: Path | None = None
         self.moto: MotoS3 | None = None
         self._process: subprocess.Popen[bytes] | None = None
@@ -262,12 +270,21 @@ class LakePubSubServer:
             self.moto = MotoS3(directory).__enter__()
             self.lake = f"s3://{BUCKET}/lake"
             self.storage_options = self.moto.storage_options
+            if self._proxy_profile is not None:
+                self.proxy = S3Proxy(
+                    self.moto.endpoint, self._proxy_profile, directory / "proxy.log"
+                ).__enter__()
+                self.storage_options = {
+                    **self.storage_options,
+                    "AWS_ENDPOINT_URL": self.proxy.endpoint,
+                }
         else:
             self.lake = str(directory / "lake")
         # Only this run's settings: nothing inherited points the server elsewhere.
         env = {k: v for k, v in os.environ.items() if not k.startswith(("LAKEPUBSUB_", "AWS_"))}
         env.update(self.storage_options)
         env.update(LAKEPUBSUB_LAKE=self.lake, LAKEPUBSUB_PULL_WAIT_S=str(self._pull_wait_s))
+        env.update(self._env)
         log_path = directory / "server.log"
         command = [
             sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory",
@@ -304,6 +321,9 @@ class LakePubSubServer:
         if self._process is not None:
             _stop(self._process)
             self._process = None
+        if self.proxy is not None:
+            self.proxy.__exit__(None, None, None)
+            self.proxy = None
         if self.moto is not None:
             self.moto.__exit__(None, None, None)
             self.moto = None
