@@ -8,6 +8,7 @@ deleting a topic while a subscription to it is created serialize cleanly.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -95,6 +96,8 @@ class Catalog:
         self._lock = threading.Lock()
         self._table = self._open_or_create()
         self._view = self._read()
+        # Called after each commit of this process (the engine tells its peers).
+        self.on_commit: Callable[[], None] | None = None
 
     def _open_or_create(self) -> DeltaTable:
         uri = self._lake.catalog_uri
@@ -130,6 +133,11 @@ class Catalog:
                 self._refresh()
             return self._view
 
+    def invalidate(self) -> None:
+        """Another process committed: the next ``view`` rereads, whatever its staleness."""
+        with self._lock:
+            self._view = View(self._view.version, self._view.entries, loaded_at=-math.inf)
+
     def _refresh(self) -> None:
         with storage_errors("catalog"):
             self._table.update_incremental()
@@ -145,15 +153,18 @@ class Catalog:
         called again on a newer view whenever another writer got in first.
         """
 
-        def attempt() -> T:
+        def attempt() -> tuple[T, bool]:
             with self._lock:
                 self._refresh()
                 changes, result = change(self._view)
                 if changes.put or changes.delete:
                     self._commit(changes)
-                return result
+                return result, bool(changes.put or changes.delete)
 
-        return optimistic(attempt, table="catalog")
+        result, committed = optimistic(attempt, table="catalog")
+        if committed and self.on_commit is not None:
+            self.on_commit()
+        return result
 
     def _commit(self, changes: Changes) -> None:
         rows = [_row("put", e) for e in changes.put]

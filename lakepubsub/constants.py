@@ -80,8 +80,12 @@ LOCAL_LOG_RETENTION = "interval 30 seconds"
 LOCAL_CHECKPOINT_SPACING_S = 5.0
 S3_CHECKPOINT_SPACING_S = 0.5
 # Expired log files are removed after a checkpoint at most this often per table
-# (on S3 it lists the log).
+# and process. delta-rs lists the whole log to do it: on S3 a 7-day log of a
+# table committing once a second is ~600 LIST pages ($0.003), so there once a
+# day ($0.09 a month per table; every 10 s was ~$780), and the log keeps up to
+# a day past its retention.
 LOG_CLEANUP_SPACING_S = 10.0
+S3_LOG_CLEANUP_SPACING_S = 86_400.0
 # delta-rs handles the checkpoint thread keeps, one per recently committed table.
 CHECKPOINT_HANDLES = 64
 # At interpreter exit, how long to wait for a checkpoint in progress.
@@ -129,6 +133,31 @@ CATALOG_MAX_STALENESS_S = 1.0
 # often it rereads storage for messages published by other processes.
 PULL_WAIT_S = 10.0
 PULL_POLL_INTERVAL_S = 0.1
+# How often a process looks for commits nobody told it of (jobs, the CLI with
+# --direct, a process that could not reach the owner): on a local lake a look is
+# a stat, so as often as a pull polls; on S3 each look is a GET per table, so
+# rarely (docs/operations.md, "Choosing the change check").
+LOCAL_CHANGE_CHECK_S = PULL_POLL_INTERVAL_S
+S3_CHANGE_CHECK_S = 300.0
+# Objects this process wrote to S3 lately, kept to be read back without a GET
+# (lakepubsub/_lake/objects.Written): a minute of 1 KiB messages at 1,000 a second.
+WRITTEN_CACHE_BYTES = 64 * 1024 * 1024
+# The flush window (Settings.flush_s): a commit on a local disk costs about a
+# millisecond and nothing else, so none there; on S3 every commit is two PUTs
+# or more, so a topic or subscription commits at most once per window
+# (docs/operations.md, "Choosing the flush window").
+LOCAL_FLUSH_MS = 0.0
+S3_FLUSH_MS = 250.0
+# Lease changes of a subscription that is not exactly-once (deliveries, acks,
+# deadline changes) wait in memory up to this long before a commit writes them
+# together: a crash or a takeover redelivers what changed since the last one, as
+# at-least-once allows. A commit is three PUTs on S3 ($0.015 per 1,000): every
+# 5 s, $7.8 a month for a subscription that never rests.
+LOCAL_LEASE_FLUSH_MS = 0.0
+S3_LEASE_FLUSH_MS = 5000.0
+# More deferred lease changes than this are committed at once (memory, and what
+# a crash would redeliver).
+MAX_DEFERRED_LEASE_CHANGES = 100_000
 
 # Admission control: past this many requests in flight in one process (pulls,
 # which wait by design, not counted), or this many request-body bytes, a request

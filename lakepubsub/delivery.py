@@ -25,7 +25,13 @@ import orjson
 from lakepubsub import errors, metrics, schemas
 from lakepubsub._lake import Lake
 from lakepubsub.ackids import AckId, subscription_tag
-from lakepubsub.constants import CONTENTION_MEMORY_S, PACE_FACTOR, PACE_MAX_S
+from lakepubsub.constants import (
+    CONTENTION_MEMORY_S,
+    MAX_DEFERRED_LEASE_CHANGES,
+    PACE_FACTOR,
+    PACE_MAX_S,
+    US_PER_S,
+)
 from lakepubsub.filters import Filter
 from lakepubsub.lease_table import LeaseTable
 from lakepubsub.leases import (
@@ -123,8 +129,10 @@ class Dispatcher:
         lookup: SubscriptionLookup,
         on_exit: Callable[[Dispatcher], None],
         dead_letter: DeadLetterSink,
+        peered: Callable[[], bool] = lambda: False,
     ) -> None:
         self.subscription = subscription
+        self._peered = peered
         self._lake = lake
         self._settings = settings
         self._lookup = lookup
@@ -142,6 +150,20 @@ class Dispatcher:
         self._acks: list[AckRequest] = []
         self._truncates: list[TruncateRequest | SeekRequest] = []
         self._nudged = True
+        # The last cycle found less than its pulls asked for, and nothing was said
+        # to have changed since: a new pull waits for a nudge, the next check
+        # (Settings.change_check_s) or the earliest lease due, without a cycle
+        # that would read both tables for nothing (two GETs on S3).
+        self._dry = False
+        self._poll_at = 0.0  # time.monotonic() of the next unprompted cycle for waiting pulls
+        # Whether the next cycle asks storage for commits nobody told of (the next
+        # commit file of both tables: a GET each on S3), and when it next must;
+        # between looks it reads only what it was told of (``nudge``).
+        self._look = True
+        self._next_look = 0.0
+        self._committed = False  # the last cycle committed (the flush window applies)
+        self._dead_letter_moved = False  # this attempt published to the dead-letter topic
+        self._told_version = -1  # the messages table's newest version committed here
         self._stopped = False
         self._leases: LeaseTable | None = None
         self._messages: MessagesTable | None = None
@@ -158,17 +180,31 @@ class Dispatcher:
                 raise errors.Unavailable("subscription dispatcher stopped; retry")
             if isinstance(request, PullRequest):
                 self._pulls.append(request)
+                if self._dry and not self._nudged and request.wait_until > time.monotonic():
+                    request.planned = True  # it waits (and may expire) like a planned pull
+                    self._cond.notify()
+                    return
             elif isinstance(request, AckRequest):
                 self._acks.append(request)
+                # An ack frees nothing to deliver, except the next message of an
+                # ordering key; a nack, deadline change or release may.
+                if request.deadline_s is not None or self.subscription.enable_message_ordering:
+                    self._dry = False
             else:
                 self._truncates.append(request)
+                self._dry = False
             self._nudged = True
             self._cond.notify()
 
-    def nudge(self) -> None:
-        """New messages may be there (a local publish committed)."""
+    def nudge(self, version: int = -1) -> None:
+        """A local publish committed the messages table's ``version`` (-1: some version
+        not known, so the next cycle looks)."""
         with self._cond:
             self._nudged = True
+            self._dry = False
+            if version < 0:
+                self._look = True
+            self._told_version = max(self._told_version, version)
             self._cond.notify()
 
     def stop(self, reason: errors.LakePubSubError | None = None) -> None:
@@ -202,7 +238,6 @@ class Dispatcher:
 
     def _run(self) -> None:
         last_work = time.monotonic()
-        next_poll = 0.0
         try:
             while True:
                 with self._cond:
@@ -210,15 +245,19 @@ class Dispatcher:
                         now = time.monotonic()
                         if self._acks or self._truncates:
                             break
-                        if self._pulls and (self._nudged or now >= next_poll):
+                        if self._pulls and (self._nudged or now >= self._poll_at):
+                            break
+                        flush_at = self._flush_at()
+                        if now >= flush_at:  # deferred lease changes are due
                             break
                         if not self._pulls and now - last_work > self._settings.worker_idle_exit_s:
                             self._stopped = True
                             break
-                        timeout = next_poll - now if self._pulls else 1.0
+                        timeout = self._poll_at - now if self._pulls else 1.0
                         earliest = min((p.wait_until for p in self._pulls), default=None)
                         if earliest is not None:
                             timeout = min(timeout, earliest - now)
+                        timeout = min(timeout, flush_at - now)
                         self._cond.wait(timeout=max(0.001, timeout))
                         self._expire_waiting_pulls(time.monotonic())
                     if self._stopped:
@@ -237,18 +276,39 @@ class Dispatcher:
                         pull.planned = True
                     self._nudged = len(pulls) < len(self._pulls)
                 started = time.monotonic()
+                self._committed = False
                 self._cycle(acks, truncates, pulls)
                 if len(pulls) == 1:
                     self._rotate(pulls[0])
                 last_work = time.monotonic()
-                next_poll = last_work + self._settings.pull_poll_interval_s
+                self._schedule_poll(last_work)
                 if last_work < self._contended_until:
                     self._pace(min(PACE_MAX_S, PACE_FACTOR * (last_work - started)))
+                if self._committed:  # the flush window: what queues meanwhile joins the next
+                    self._pace(started + self._settings.flush_s() - time.monotonic())
         except Exception:  # a bug: fail what is queued rather than hang it
             log.exception("dispatcher for %s crashed", self.subscription.name)
             self.stop(errors.Internal("delivery dispatcher failed"))
         finally:
+            self._flush_deferred()
             self._on_exit(self)
+
+    def _schedule_poll(self, now: float) -> None:
+        """When waiting pulls next look at the tables unprompted. A dry subscription
+        waits for the next check or its earliest lease due, whichever is first;
+        anything else looks again after ``pull_poll_interval_s``."""
+        soon = now + self._settings.pull_poll_interval_s
+        with self._cond:
+            if not self._dry:
+                self._poll_at = soon
+                return
+        state = self._leases.cached if self._leases is not None else None
+        due = math.inf
+        if state is not None:
+            wait_us = state.earliest_due_us() - self._settings.clock_us()
+            due = now + max(0, wait_us) / US_PER_S
+        with self._cond:
+            self._poll_at = max(soon, min(now + self._settings.change_check(self._peered()), due))
 
     def _rotate(self, pull: PullRequest) -> None:
         """A pull planned alone and still waiting goes behind the others."""
@@ -259,6 +319,7 @@ class Dispatcher:
 
     def _contended(self) -> None:
         self._contended_until = time.monotonic() + CONTENTION_MEMORY_S
+        self._look = True  # another writer committed: the retry reads what it did
 
     def _pace(self, seconds: float) -> None:
         """Let other processes' dispatchers commit; requests queue and batch meanwhile."""
@@ -309,9 +370,9 @@ class Dispatcher:
         for truncate, event in zip(truncates, events, strict=True):
             _settle(cast("Future[Any]", truncate.future), event)
         self._dead_lettered.clear()
-        self._hand_out(deliveries)
+        self._hand_out(deliveries, sum(p.max_messages for p in pulls))
 
-    def _hand_out(self, deliveries: list[ReceivedMessage]) -> None:
+    def _hand_out(self, deliveries: list[ReceivedMessage], demand: int) -> None:
         """Each waiting pull takes its share, in order. The share of a pull withdrawn
         meanwhile (its future cancelled) is released, not given to another pull: it
         was leased for that pull's deadline."""
@@ -319,6 +380,8 @@ class Dispatcher:
         unseen: list[ReceivedMessage] = []
         answers: list[tuple[PullRequest, list[ReceivedMessage]]] = []
         with self._cond:
+            if demand:  # a nudge during the cycle has cleared _nudged's reason to trust this
+                self._dry = len(deliveries) < demand and not self._nudged
             served = []
             for pull in self._pulls:
                 take, deliveries = deliveries[: pull.max_messages], deliveries[pull.max_messages :]
@@ -349,8 +412,17 @@ class Dispatcher:
             self._leases = LeaseTable(self._lake, self.subscription.uid)
         if self._messages is None:
             self._messages = MessagesTable(self._lake, self.subscription.topic_uid)
-        state = self._leases.state()
-        self._messages.refresh()
+        now = time.monotonic()
+        with self._cond:
+            look = self._look or now >= self._next_look
+            self._look = False
+            told = self._told_version
+        state = self._leases.state(look=look)
+        if look:
+            self._messages.refresh()
+            self._next_look = now + self._settings.change_check(self._peered())
+        elif told > self._messages.version:  # its commit file is in memory: no request
+            self._messages.refresh(until=told)
         return self._leases, self._messages, state
 
     def _attempt(
@@ -369,6 +441,7 @@ class Dispatcher:
             # every pull's own lease (a stream's), with the slack for receipt modacks
             policy = replace(policy, ack_deadline_s=deadline, lease_slack_us=LEASE_SLACK_US)
         planner = Planner(state, policy, self._settings.clock_us())
+        self._dead_letter_moved = False
         ack_results = [_apply(planner, r) for r in acks]
         events: list[TruncationEvent | None] = []
         for request in truncates:
@@ -380,11 +453,53 @@ class Dispatcher:
         claims = self._claim(planner, messages, demand) if demand else []
         if not uniform:
             _apply_pull_deadlines(planner, [c for c, _ in claims], pulls)
-        if planner.dirty:
-            table.commit(planner)
+        if planner.dirty or table.pending:
+            if self._must_commit(table, truncates):
+                table.commit(planner)
+                self._committed = True
+            elif planner.dirty:
+                table.defer(planner)
         self._observe(planner, messages, ack_results, acks)
         deliveries = [_received(claim, message) for claim, message in claims]
         return ack_results, events, deliveries
+
+    def _must_commit(
+        self, table: LeaseTable, truncates: list[TruncateRequest | SeekRequest]
+    ) -> bool:
+        """Whether this cycle commits, or leaves its changes in memory for a later one:
+        an exactly-once subscription confirms nothing before it is stored, nor do
+        truncations, seeks and dead-lettering wait; the others wait up to the lease
+        flush window."""
+        flush_s = self._settings.lease_flush_s(self._peered())
+        if (
+            flush_s <= 0
+            or self._stopped
+            or truncates
+            or self._dead_letter_moved
+            or self.subscription.enable_exactly_once_delivery
+            or table.pending >= MAX_DEFERRED_LEASE_CHANGES
+        ):
+            return True
+        since = table.pending_since
+        return since is not None and time.monotonic() - since >= flush_s
+
+    def _flush_at(self) -> float:
+        """When deferred lease changes must be committed (time.monotonic())."""
+        since = self._leases.pending_since if self._leases is not None else None
+        return math.inf if since is None else since + self._settings.lease_flush_s(self._peered())
+
+    def _flush_deferred(self) -> None:
+        """Commit what waits in memory before the dispatcher goes (a clean stop)."""
+        if self._leases is None or not self._leases.pending:
+            return
+        try:
+            optimistic(
+                lambda: self._attempt([], [], []),
+                table="leases",
+                attempts=self._settings.commit_attempts,
+            )
+        except Exception:  # a crash would lose them too: they are redelivered
+            log.warning("deferred lease changes of %s not written", self.subscription.name)
 
     def _observe(
         self,
@@ -538,6 +653,7 @@ class Dispatcher:
                 batch.append(PublishMessage(message.data, attributes, message.ordering_key))
         if batch:
             self._dead_letter(policy.dead_letter_topic, batch)
+            self._dead_letter_moved = True
         for row in rows:
             self._dead_lettered.add(row.offset)
             planner.drop(row.key)

@@ -69,11 +69,30 @@ class Engine:
         # Set by a server (``lakepubsub serve``): the other API processes on this
         # lake, and which of them commits for each topic (lakepubsub/peers.py).
         self.peering: Peering | None = None
+        self.catalog.on_commit = self._catalog_committed
+
+    def _peered(self) -> bool:
+        """Whether this process serves the lake with the others (peering): it is then
+        told of commits to what it serves, and alone dispatches the subscriptions it
+        owns, so it may look rarely and hold lease changes in memory."""
+        return self.peering is not None
+
+    def _catalog_committed(self) -> None:
+        """Tell the other processes at once: they read the catalog only when told, or
+        when their cached copy is older than ``catalog_staleness()``."""
+        peering = self.peering
+        if peering is not None:
+            peering.tell("catalog")
+
+    def told(self, what: str) -> None:
+        """A peer committed to a table this process caches (``Peering.tell``)."""
+        if what == "catalog":
+            self.catalog.invalidate()
 
     # -- lookups ---------------------------------------------------------------------------
 
     def _view(self, fresh: bool) -> cat.View:
-        staleness = 0.0 if fresh else self.settings.catalog_max_staleness_s
+        staleness = 0.0 if fresh else self.settings.catalog_staleness(self._peered())
         return self.catalog.view(max_staleness_s=staleness)
 
     def _topic_entry(self, name: TopicName, *, fresh: bool = True) -> cat.Entry:
@@ -185,7 +204,7 @@ class Engine:
         """Whether the ``*_future`` entry points (publish, pull, acknowledge, deadline
         changes) would find topics and subscriptions in the cached catalog without
         reading storage: an event loop may then call them inline."""
-        return self.catalog.is_fresh(self.settings.catalog_max_staleness_s)
+        return self.catalog.is_fresh(self.settings.catalog_staleness(self._peered()))
 
     def publish(self, name: TopicName, messages: Sequence[PublishMessage]) -> list[str]:
         return self.publish_future(name, messages).result()
@@ -210,7 +229,7 @@ class Engine:
                     self.lake,
                     topic_uid,
                     self.settings,
-                    on_commit=lambda batch: self._published(topic_uid, batch),
+                    on_commit=lambda batch, version: self._published(topic_uid, version),
                     forward=lambda columns: self._forward_publish(topic_uid, columns),
                 )
                 self._publishers[topic_uid] = publisher
@@ -274,13 +293,13 @@ class Engine:
         first.add_done_callback(done)
         return result
 
-    def _published(self, topic_uid: str, batch: pa.Table) -> None:
+    def _published(self, topic_uid: str, version: int) -> None:
         with self._lock:
             waiting = [
                 d for d in self._dispatchers.values() if d.subscription.topic_uid == topic_uid
             ]
         for dispatcher in waiting:
-            dispatcher.nudge()
+            dispatcher.nudge(version)
 
     # -- subscriptions -----------------------------------------------------------------
 
@@ -411,6 +430,7 @@ class Engine:
                     lookup=lambda: self._lookup_uid(sub.name, sub.uid),
                     on_exit=self._dispatcher_exited,
                     dead_letter=self._publish_unchecked,
+                    peered=self._peered,
                 )
                 self._dispatchers[sub.uid] = dispatcher
             return dispatcher
@@ -733,8 +753,8 @@ class Engine:
     def all_topics(self) -> list[Topic]:
         return [_topic(e) for e in self._view(True).of_kind(cat.TOPIC)]
 
-    def all_subscriptions(self) -> list[Subscription]:
-        return [_subscription(e) for e in self._view(True).of_kind(cat.SUBSCRIPTION)]
+    def all_subscriptions(self, *, fresh: bool = True) -> list[Subscription]:
+        return [_subscription(e) for e in self._view(fresh).of_kind(cat.SUBSCRIPTION)]
 
     # -- lifecycle ---------------------------------------------------------------------
 

@@ -9,6 +9,12 @@ writes no data file at all, only the commit that removes their file. When the
 table would hold more than ``MAX_FILES`` files, a commit also folds the smallest
 ones into its new file. The commit is a strict compare-and-swap on the version:
 a plan made on a state that another writer has moved on fails and is redone.
+
+A plan may also be *deferred* (``defer``): the state in memory moves on, and
+the changes wait for the next commit, which writes them all relative to what
+is stored. A lost race, or a reread after another writer's commit, drops what
+was deferred (the dispatcher defers only what at-least-once may lose: a crash
+or a takeover then redelivers).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import pyarrow.parquet as pq
 
 from lakepubsub import metrics, schemas
 from lakepubsub._lake import Lake, TableLog, storage_errors
-from lakepubsub.leases import CURSOR_KEY, Key, LeaseState, Planner, to_arrow
+from lakepubsub.leases import CURSOR_KEY, Cursor, Key, LeaseState, Planner, Row, to_arrow
 
 # Files a lease table may hold before a commit folds its smallest files into the
 # new one, leaving half as many: reading the state after another writer's commit
@@ -41,14 +47,28 @@ class LeaseTable:
         self._state: LeaseState | None = None
         self._file_of: dict[Key, str] = {}
         self._keys_in: dict[str, set[Key]] = {}
+        # Deferred changes: rows changed since the stored version (None: deleted),
+        # whether the cursor changed, and since when (time.monotonic()).
+        self._pending: dict[Key, Row | None] = {}
+        self._pending_cursor = False
+        self.pending_since: float | None = None
+        self._stored_cursor: Cursor | None = None
 
     @property
     def version(self) -> int:
         return self._log.version
 
-    def state(self) -> LeaseState:
-        """The state at the latest version; files are read only after others' commits."""
-        self._log.tail()
+    @property
+    def cached(self) -> LeaseState | None:
+        """The state as last read or committed here, without looking at storage."""
+        return self._state
+
+    def state(self, *, look: bool = True) -> LeaseState:
+        """The state at the latest version; files are read only after others' commits.
+        ``look=False``: the state as known here, without asking storage for commits
+        by others (a commit then fails its compare-and-swap if there were some)."""
+        if look or self._state is None:
+            self._log.tail()
         if self._state is None or self._state.version != self._log.version:
             self._read()
         assert self._state is not None
@@ -68,6 +88,27 @@ class LeaseTable:
         table = pa.concat_tables(parts) if parts else schemas.LEASES.empty_table()
         self._state = LeaseState.from_arrow(table, self._log.version)
         self._file_of, self._keys_in = file_of, keys_in
+        self._stored_cursor = self._state.cursor
+        self._drop_pending()
+
+    @property
+    def pending(self) -> int:
+        """Deferred row changes (and 1 for a deferred cursor change)."""
+        return len(self._pending) + int(self._pending_cursor)
+
+    def _drop_pending(self) -> None:
+        self._pending, self._pending_cursor, self.pending_since = {}, False, None
+
+    def defer(self, planner: Planner) -> LeaseState:
+        """Take ``planner``'s changes into the state in memory, to be written by the
+        next ``commit``."""
+        assert self._state is not None and planner.state is self._state
+        if self.pending_since is None:
+            self.pending_since = time.monotonic()
+        self._pending.update(planner.changed)
+        self._pending_cursor = self._pending_cursor or planner.cursor_changed
+        self._state = planner.result_state(self._state.version)
+        return self._state
 
     def commit(self, planner: Planner) -> LeaseState:
         """Commit ``planner``'s changes on top of the state it was made from.
@@ -78,12 +119,12 @@ class LeaseTable:
         log = self._log
         started = time.perf_counter()
         result = planner.result_state(log.version)
-        changed = set(planner.changed)
+        changed = set(planner.changed) | set(self._pending)
         live = result.rows
         # An unchanged cursor stays in its file: an ack that deletes a file's rows
         # commits only the file's removal.
         cursor_file = self._file_of.get(CURSOR_KEY)
-        rewrite_cursor = planner.cursor_changed or cursor_file is None
+        rewrite_cursor = planner.cursor_changed or self._pending_cursor or cursor_file is None
         touched = {self._file_of[k] for k in changed if k in self._file_of}
         if rewrite_cursor and cursor_file is not None:
             touched.add(cursor_file)
@@ -107,7 +148,8 @@ class LeaseTable:
         # sorting the rows by a key function costs a Python call per row.
         keys = sorted(k for k in (carried | changed) - {CURSOR_KEY} if k in live)
         rows = [live[k] for k in keys]
-        cursor = result.cursor if rewrite_cursor else self._state.cursor
+        stored_cursor = self._stored_cursor or self._state.cursor
+        cursor = result.cursor if rewrite_cursor else stored_cursor
         cursor_add = log.write_file(to_arrow([], cursor)) if rewrite_cursor else None
         rows_add = log.write_file(to_arrow(rows, None)) if rows else None
         adds = [a for a in (cursor_add, rows_add) if a is not None]
@@ -122,6 +164,8 @@ class LeaseTable:
         metrics.ROWS_PER_COMMIT.labels("leases").observe(len(rows) + int(rewrite_cursor))
         self._track(touched, cursor_add, rows_add, keys)
         self._state = LeaseState(version, cursor, result.rows)
+        self._stored_cursor = cursor
+        self._drop_pending()
         return self._state
 
     def _track(

@@ -21,8 +21,11 @@ when the owner cannot be reached, the caller commits itself.
 
 Membership is one object per process under ``{root}/peers``, named
 ``{id}~{host}~{port}~{token}~{hostname}`` (so one listing, no reads, tells
-everything) and rewritten every ``HEARTBEAT_S``; a process whose object is
-older than ``EXPIRY_S`` is gone. A clean stop deletes it; a killed process's
+everything) and rewritten every ``HEARTBEAT_S`` (``S3_HEARTBEAT_S`` on S3); a
+process whose object is older than ``EXPIRY_S`` (``S3_EXPIRY_S``) is gone. A
+joining process says hello to the others and a stopping one goodbye, so
+routing follows at once. A process that commits to the catalog tells the
+others, who then reread it. A clean stop deletes the object; a killed process's
 object expires (and is swept after an hour). The token, fresh per process,
 must come with every call: only someone who can list the lake can call a
 peer, and a call that reaches the wrong process (a reused address) is refused
@@ -62,9 +65,17 @@ from lakepubsub.names import SubscriptionName
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+# On a local lake a beat (a write and a listing) costs nothing; on S3 it is a PUT
+# and a LIST ($0.43 a month at one a minute), and a member needs the listing only
+# to find processes that could not say hello, or died without a goodbye: a
+# failed call already leaves an unreachable owner out (``forget``).
 HEARTBEAT_S = 5.0
 EXPIRY_S = 20.0
+S3_HEARTBEAT_S = 60.0
+S3_EXPIRY_S = 200.0
 SWEEP_S = 3600.0
+# Hello, goodbye and change notices wait at most this long for each member.
+TELL_TIMEOUT_S = 2.0
 PEERS_DIR = "peers"
 PORT_RANGE = 64
 # A forwarded call waits at most this long beyond its own work (a pull's long poll).
@@ -162,6 +173,8 @@ class Owner(Protocol):
 
     def release(self, name: SubscriptionName, received: Sequence[ReceivedMessage]) -> None: ...
 
+    def told(self, what: str) -> None: ...
+
 
 class Peering:
     """This process's membership, its peer server, and its calls to the others."""
@@ -176,6 +189,9 @@ class Peering:
     ) -> None:
         self._engine = engine
         self._lake = engine.lake
+        s3 = self._lake.is_s3
+        self._heartbeat_s = S3_HEARTBEAT_S if s3 else HEARTBEAT_S
+        self._expiry_s = S3_EXPIRY_S if s3 else EXPIRY_S
         self._bind_host = bind_host
         self._advertise = advertise_host or _advertised(bind_host)
         self._port = port
@@ -270,6 +286,8 @@ class Peering:
         if self._heartbeat is not None:
             self._heartbeat.join()
         loop, server, thread = self._loop, self._server, self._thread
+        if self.me is not None and thread is not None:
+            self._tell_all("Bye", self.me.key.encode(), wait=True)
         self._loop = self._server = self._thread = None  # a second stop does nothing
         if self.me is not None and thread is not None:
             with contextlib.suppress(Exception):
@@ -293,7 +311,7 @@ class Peering:
         return self._lake.uri(PEERS_DIR, key)
 
     def _beat_forever(self) -> None:
-        while not self._stop.wait(HEARTBEAT_S):
+        while not self._stop.wait(self._heartbeat_s):
             try:
                 self._beat()
             except Exception:  # the lake is unreachable: keep the last view
@@ -318,7 +336,7 @@ class Peering:
             if suspected is not None and modified > suspected[0] and now > suspected[1]:
                 del self._suspects[member]  # it beat since, and its time is up: try again
                 suspected = None
-            if age <= EXPIRY_S and suspected is None and self._reachable(member):
+            if age <= self._expiry_s and suspected is None and self._reachable(member):
                 alive.append(member)
         for gone in [m for m in list(self._suspects) if m not in listed]:  # its object is gone
             self._suspects.pop(gone, None)
@@ -332,18 +350,35 @@ class Peering:
         now rather than at their next listing (until then two processes would
         commit to the topics this one owns, and contend)."""
         assert self.me is not None
-        calls = [
-            self._call(m, "Hello", self.me.key.encode(), 2.0) for m in self._members if m != self.me
-        ]
+        self._tell_all("Hello", self.me.key.encode(), wait=True)
+
+    def _tell_all(self, method: str, body: bytes, *, wait: bool) -> None:
+        """Call ``method`` on every other member; a member that misses it learns at
+        its next listing (or check)."""
+        calls = [self._call(m, method, body, TELL_TIMEOUT_S) for m in self._members if m != self.me]
         for call in calls:
-            with contextlib.suppress(Exception):  # it learns at its next listing
-                call.result()
+            if wait:
+                with contextlib.suppress(Exception):
+                    call.result()
+            else:
+                call.add_done_callback(lambda done: done.exception())  # consumed, not raised
+
+    def tell(self, what: str) -> None:
+        """Tell the other members this process committed to ``what`` (the catalog), so
+        they drop their cached copy now. Does not wait."""
+        self._tell_all("Changed", what.encode(), wait=False)
 
     def joined(self, key: str) -> None:
         """A process announced itself."""
         member = Member.parse(key)
         if member is not None and self._reachable(member) and member not in self._members:
             self._members = tuple(sorted((*self._members, member)))
+
+    def left(self, key: str) -> None:
+        """A process said goodbye: route nothing more to it."""
+        member = Member.parse(key)
+        if member is not None and member in self._members:
+            self._members = tuple(m for m in self._members if m != member)
 
     def _reachable(self, member: Member) -> bool:
         """A loopback address means the same machine only."""
@@ -484,8 +519,17 @@ class _Handlers(grpc.GenericRpcHandler):
             _SERVICE + "Publish": grpc.unary_unary_rpc_method_handler(self._publish),
             _SERVICE + "Pull": grpc.unary_unary_rpc_method_handler(self._pull),
             _SERVICE + "Ack": grpc.unary_unary_rpc_method_handler(self._ack),
-            _SERVICE + "Hello": grpc.unary_unary_rpc_method_handler(self._hello),
         }
+        # Notices: a text body, handled at once, answered with nothing.
+        notices: dict[str, Callable[[str], None]] = {
+            "Hello": peering.joined,
+            "Bye": peering.left,
+            "Changed": peering._engine.told,
+        }
+        for name, handle in notices.items():
+            self._methods[_SERVICE + name] = grpc.unary_unary_rpc_method_handler(
+                self._notice(handle)
+            )
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> Any:
         return self._methods.get(handler_call_details.method)
@@ -507,13 +551,16 @@ class _Handlers(grpc.GenericRpcHandler):
             await context.abort(grpc.StatusCode.UNKNOWN, str(exc))
         return None
 
-    async def _hello(self, body: bytes, context: _Context) -> bytes:
-        def join() -> Future[None]:
-            self._peering.joined(body.decode())
-            return _done(None)
+    def _notice(self, handle: Callable[[str], None]) -> Callable[[bytes, _Context], Any]:
+        async def notice(body: bytes, context: _Context) -> bytes:
+            def work() -> Future[None]:
+                handle(body.decode())
+                return _done(None)
 
-        await self._answer(context, join)
-        return b""
+            await self._answer(context, work)
+            return b""
+
+        return notice
 
     async def _publish(self, body: bytes, context: _Context) -> bytes:
         size = int.from_bytes(body[:4], "big")

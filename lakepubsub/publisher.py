@@ -33,7 +33,9 @@ log = logging.getLogger(__name__)
 MAX_ROWS_PER_COMMIT = 50_000
 MAX_BYTES_PER_COMMIT = 64 * 1024 * 1024
 
-OnCommit = Callable[[pa.Table], None]
+# Called after a commit with its rows and the table version it made (-1: unknown,
+# a commit that landed though its answer was lost).
+OnCommit = Callable[[pa.Table, int], None]
 # Hands a group to the topic's owner (``lakepubsub/peers.py``): a future of the first
 # offset it got (``Unreachable`` if the owner could not be asked), or None when this
 # process is the owner.
@@ -85,6 +87,8 @@ class TopicPublisher:
         self._answer_s = 0.0  # moving average of the owner's answer time
         self._table: MessagesTable | None = None
         self._thread: threading.Thread | None = None
+        self._committed_at = 0.0  # time.monotonic() when the last commit here started
+        self._committing_here = self._forward is None  # the last group was committed here
 
     def submit(self, batch: Batch, *, forwarded: bool = False) -> Future[list[str]]:
         """Queue a checked batch; the future resolves to its message ids once committed.
@@ -113,6 +117,7 @@ class TopicPublisher:
 
     def _run(self) -> None:
         idle_since = time.monotonic()
+        flush_s = self._settings.flush_s()
         while True:
             with self._cond:
                 while not self._queue or self._handed_over >= self._in_flight_limit():
@@ -124,6 +129,14 @@ class TopicPublisher:
                         self._thread = None
                         return
                     self._cond.wait(timeout=1.0)
+                # The flush window: what arrives meanwhile joins this commit. Only
+                # where the commit is made (groups handed to the owner wait there).
+                opens = self._committed_at + flush_s
+                while self._committing_here and not self._closed:
+                    remaining = opens - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._cond.wait(timeout=remaining)
                 group = self._take()
             self._commit(group)
             idle_since = time.monotonic()
@@ -155,7 +168,10 @@ class TopicPublisher:
                     pending.add_done_callback(
                         lambda done: self._owner_answered(group, done, time.monotonic() - sent)
                     )
+                    self._committing_here = False
                     return
+            self._committing_here = True
+            self._committed_at = time.monotonic()
             first = self._append(columns)
         except Exception as exc:  # every caller learns the outcome
             _fail(group, exc)
@@ -204,7 +220,7 @@ class TopicPublisher:
             batch = _numbered(columns, head)
             self._txn += 1
             try:
-                table.append(batch, app_id=self._app_id, txn_version=self._txn)
+                version = table.append(batch, app_id=self._app_id, txn_version=self._txn)
             except CommitFailedError:
                 metrics.COMMIT_CONFLICTS.labels("messages").inc()
                 if not budget.another():
@@ -215,16 +231,16 @@ class TopicPublisher:
             except errors.Unavailable:
                 # The commit may have landed before the error: ask the table.
                 if table.committed(self._app_id, self._txn):
-                    self._after_commit(batch)
+                    self._after_commit(batch, -1)
                     return head
                 raise
-            self._after_commit(batch)
+            self._after_commit(batch, version)
             return head
         raise errors.Aborted(f"publish gave up after {budget.tries} conflicting commits; retry")
 
-    def _after_commit(self, batch: pa.Table) -> None:
+    def _after_commit(self, batch: pa.Table, version: int) -> None:
         if self._on_commit is not None:
-            self._on_commit(batch)
+            self._on_commit(batch, version)
 
 
 def _fail(group: list[_Request], exc: BaseException) -> None:

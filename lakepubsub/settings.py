@@ -38,9 +38,20 @@ class Settings:
 
     lake: str = DEFAULT_LAKE
     storage_options: Mapping[str, str] = field(default_factory=dict)
-    catalog_max_staleness_s: float = constants.CATALOG_MAX_STALENESS_S
+    # None: by storage kind (1 s on a local lake; the change check on S3, where
+    # catalog commits are told to the peers).
+    catalog_max_staleness_s: float | None = None
     pull_wait_s: float = constants.PULL_WAIT_S
     pull_poll_interval_s: float = constants.PULL_POLL_INTERVAL_S
+    # None: by storage kind (constants.LOCAL_CHANGE_CHECK_S, S3_CHANGE_CHECK_S).
+    change_check_s: float | None = None
+    # The flush window: a topic's publishes and a subscription's lease changes
+    # commit at most once per window. None: by storage kind (constants.*_FLUSH_MS).
+    flush_ms: float | None = None
+    # A subscription that is not exactly-once writes deliveries, acks and deadline
+    # changes at most this often (a crash redelivers what changed since). None: by
+    # storage kind (constants.*_LEASE_FLUSH_MS).
+    lease_flush_ms: float | None = None
     commit_attempts: int = constants.COMMIT_ATTEMPTS
     worker_idle_exit_s: float = constants.WORKER_IDLE_EXIT_S
     max_inflight_requests: int = constants.MAX_INFLIGHT_REQUESTS
@@ -66,10 +77,23 @@ class Settings:
         settings = cls(
             lake=env.get("LAKEPUBSUB_LAKE", DEFAULT_LAKE),
             storage_options=options,
-            catalog_max_staleness_s=float(
-                env.get("LAKEPUBSUB_CATALOG_MAX_STALENESS_S", constants.CATALOG_MAX_STALENESS_S)
+            catalog_max_staleness_s=(
+                float(env["LAKEPUBSUB_CATALOG_MAX_STALENESS_S"])
+                if env.get("LAKEPUBSUB_CATALOG_MAX_STALENESS_S")
+                else None
             ),
             pull_wait_s=float(env.get("LAKEPUBSUB_PULL_WAIT_S", constants.PULL_WAIT_S)),
+            change_check_s=(
+                float(env["LAKEPUBSUB_CHANGE_CHECK_S"])
+                if env.get("LAKEPUBSUB_CHANGE_CHECK_S")
+                else None
+            ),
+            flush_ms=float(env["LAKEPUBSUB_FLUSH_MS"]) if env.get("LAKEPUBSUB_FLUSH_MS") else None,
+            lease_flush_ms=(
+                float(env["LAKEPUBSUB_LEASE_FLUSH_MS"])
+                if env.get("LAKEPUBSUB_LEASE_FLUSH_MS")
+                else None
+            ),
             max_inflight_requests=int(
                 env.get("LAKEPUBSUB_MAX_INFLIGHT_REQUESTS", constants.MAX_INFLIGHT_REQUESTS)
             ),
@@ -81,3 +105,42 @@ class Settings:
             ),
         )
         return replace(settings, **overrides)  # type: ignore[arg-type]
+
+    @property
+    def on_s3(self) -> bool:
+        return self.lake.startswith(("s3://", "s3a://"))
+
+    def change_check(self, peered: bool = True) -> float:
+        """Seconds between looks for commits this process was not told of. Rare only
+        on S3 for a peered process (one not peered is told of nothing)."""
+        if self.change_check_s is not None:
+            return self.change_check_s
+        if self.on_s3 and peered:
+            return constants.S3_CHANGE_CHECK_S
+        return constants.LOCAL_CHANGE_CHECK_S
+
+    def catalog_staleness(self, peered: bool = True) -> float:
+        """How old a cached catalog may be for lookups of names it holds."""
+        if self.catalog_max_staleness_s is not None:
+            return self.catalog_max_staleness_s
+        if self.on_s3 and peered:
+            return self.change_check()
+        return constants.CATALOG_MAX_STALENESS_S
+
+    def flush_s(self) -> float:
+        """The flush window in seconds (0: commit as soon as the last commit is done)."""
+        ms = self.flush_ms
+        if ms is None:
+            ms = constants.S3_FLUSH_MS if self.on_s3 else constants.LOCAL_FLUSH_MS
+        return ms / 1000
+
+    def lease_flush_s(self, peered: bool = True) -> float:
+        """How long a subscription that is not exactly-once may hold lease changes
+        in memory (0: every cycle commits). Only a peered process holds them by
+        default: processes that are not peered may all dispatch one subscription,
+        and each must see the others' leases."""
+        ms = self.lease_flush_ms
+        if ms is None:
+            s3 = self.on_s3 and peered
+            ms = constants.S3_LEASE_FLUSH_MS if s3 else constants.LOCAL_LEASE_FLUSH_MS
+        return ms / 1000

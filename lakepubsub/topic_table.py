@@ -56,9 +56,10 @@ class MessagesTable:
     def version(self) -> int:
         return self._log.version
 
-    def refresh(self) -> bool:
-        """Catch up with commits by others; True if the table moved."""
-        return self._log.tail()
+    def refresh(self, until: int | None = None) -> bool:
+        """Catch up with commits by others (``until``: only up to that version, known
+        to exist); True if the table moved."""
+        return self._log.tail(until)
 
     def head(self) -> int:
         """One past the highest offset in the loaded version (0 for an empty topic)."""

@@ -51,7 +51,17 @@ class LakeSpec:
     storage_options: dict[str, str]
 
     def settings(self, **overrides: object) -> Settings:
-        base: dict[str, object] = {"pull_wait_s": 2.0, "pull_poll_interval_s": 0.05}
+        # Engines in one test process are not peered, so nothing tells one of the
+        # other's commits: they look every 50 ms, on S3 too (tests/test_idle.py
+        # runs the S3 default, where a look is rare and commits are told).
+        base: dict[str, object] = {
+            "pull_wait_s": 2.0,
+            "pull_poll_interval_s": 0.05,
+            "change_check_s": 0.05,
+            # Every cycle commits, on S3 too, so a test may read the lease table
+            # right after an answer (tests/test_idle.py runs the S3 defaults).
+            "lease_flush_ms": 0.0,
+        }
         base.update(overrides)
         return Settings(lake=self.uri, storage_options=self.storage_options, **base)  # type: ignore[arg-type]
 

@@ -151,9 +151,12 @@ def test_an_owner_that_left_is_replaced_by_the_caller(pair: tuple[Engine, Engine
     owner, other = pair
     assert owner.peering is not None and other.peering is not None
     stale = owner.peering.me
-    owner.peering.stop()  # deletes its membership object, ends its server
+    assert stale is not None
+    owner.peering.stop()  # says goodbye, deletes its membership object, ends its server
     owner.peering = None
-    # ``other`` still lists it until its next listing: the call fails, it commits itself.
+    assert stale not in other.peering.members
+    # A goodbye that was lost: ``other`` still lists it, the call fails, it commits itself.
+    other.peering.joined(stale.key)
     assert stale in other.peering.members
     ids = other.publish(TOPIC, [PublishMessage(b"after")])
     assert ids == ["0"]
@@ -223,3 +226,38 @@ def test_a_pull_withdrawn_through_the_other_strands_nothing(pair: tuple[Engine, 
     assert [r.message.data for r in again if r.message] == [b"second"]
     assert [r.message.data for r in second if r.message] == [b"second"]
     assert again[0].delivery_attempt == 1
+
+
+def test_a_catalog_commit_is_told_to_the_peers_and_a_stop_says_goodbye(
+    local_lake: LakeSpec,
+) -> None:
+    """With a catalog cached for an hour, only the notice can show the other's commit."""
+    engines = [Engine(local_lake.settings(catalog_max_staleness_s=3600.0)) for _ in range(2)]
+    peerings = []
+    for engine in engines:
+        peering = Peering(engine)
+        peering.start()
+        engine.peering = peering
+        peerings.append(peering)
+    first, second = engines
+    try:
+        assert (
+            second.catalog.view(max_staleness_s=3600.0).get("topic", TOPIC.project, "told") is None
+        )
+        first.create_topic(Topic(TopicName(TOPIC.project, "told")))
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            view = second.catalog.view(max_staleness_s=3600.0)
+            if view.get("topic", TOPIC.project, "told") is not None:
+                break
+            time.sleep(0.02)
+        assert view.get("topic", TOPIC.project, "told") is not None
+        assert len(peerings[1].members) == 2
+        first.peering = None
+        peerings[0].stop()
+        assert peerings[0].me not in peerings[1].members  # no beat needed
+    finally:
+        for engine, peering in zip(engines, peerings, strict=True):
+            engine.peering = None
+            peering.stop()
+            engine.close()

@@ -122,10 +122,12 @@ class TableLog:
         self._refused = _refusal(protocol, metadata)
         self._append_only = metadata.configuration.get("delta.appendOnly") == "true"
 
-    def tail(self) -> bool:
-        """Apply commits made since the loaded version; True if there were any."""
+    def tail(self, until: int | None = None) -> bool:
+        """Apply commits made since the loaded version; True if there were any.
+        With ``until``, a version known to exist, read up to it and look no further
+        (no request for the next commit file, which may not exist)."""
         moved = False
-        while True:
+        while until is None or self.version < until:
             with storage_errors(self.uri):
                 body = self._lake.objects.read(self._commit_uri(self.version + 1))
             if body is None:
@@ -138,6 +140,8 @@ class TableLog:
             self.version += 1
             self._confirmed_at = time.monotonic()
             moved = True
+        if until is not None:
+            return moved
         if not moved and self._own_version_gone():
             # Our version's log file was cleaned up after a checkpoint: the table
             # moved on and the commits in between are gone; reload.
@@ -165,6 +169,9 @@ class TableLog:
     def open_file(self, relative: str) -> Any:
         """A data file as ``pyarrow.parquet`` takes it: a local path, or an S3 input file."""
         if self._lake.is_s3:
+            kept = self._lake.objects.written.get(self.path_of(relative))
+            if kept is not None:  # written by this process: no HEAD and GETs
+                return pa.BufferReader(kept)
             return self._table_filesystem().open_input_file(relative)
         return self.path_of(relative)
 
@@ -490,7 +497,10 @@ class _Checkpointer:
             while len(self._tables) > constants.CHECKPOINT_HANDLES:
                 self._tables.popitem(last=False)
         now = time.monotonic()
-        if now - self._cleaned_at.get(uri, 0.0) >= constants.LOG_CLEANUP_SPACING_S:
+        spacing_s = (
+            constants.S3_LOG_CLEANUP_SPACING_S if objects.is_s3 else constants.LOG_CLEANUP_SPACING_S
+        )
+        if uri not in self._cleaned_at or now - self._cleaned_at[uri] >= spacing_s:
             self._cleaned_at[uri] = now
             if isinstance(kept, checkpoints.Replay):
                 # Opens from the checkpoint just written, with no commits to replay.

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import uuid
+from collections import OrderedDict
 from typing import Any
 
 import pyarrow as pa
@@ -22,15 +24,62 @@ _S3_MISSING = ("404", "NoSuchKey", "NotFound")
 _S3_TAKEN = ("412", "PreconditionFailed", "409", "ConditionalRequestConflict")
 
 
+class Written:
+    """What this process wrote to S3 lately, by URI, up to ``limit_bytes``: data
+    files and commit files are never rewritten under a name, so a reader in the
+    process that wrote one (the dispatcher after its publisher's commit, the
+    checkpointer replaying commits) has it without a GET. Objects written with
+    ``replace`` (checkpoints, ``_last_checkpoint``) are not kept."""
+
+    def __init__(self, limit_bytes: int) -> None:
+        self._limit = limit_bytes
+        self._size = 0
+        self._items: OrderedDict[str, bytes | pa.Buffer] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def keep(self, uri: str, data: bytes | pa.Buffer) -> None:
+        size = len(data) if isinstance(data, bytes) else data.size
+        if size > self._limit // 4:
+            return
+        with self._lock:
+            self._forget(uri)
+            self._items[uri] = data
+            self._size += size
+            while self._size > self._limit:
+                self._forget(next(iter(self._items)))
+
+    def get(self, uri: str) -> bytes | pa.Buffer | None:
+        with self._lock:
+            data = self._items.get(uri)
+            if data is not None:
+                self._items.move_to_end(uri)
+            return data
+
+    def forget(self, uri: str) -> None:
+        with self._lock:
+            self._forget(uri)
+
+    def _forget(self, uri: str) -> None:
+        data = self._items.pop(uri, None)
+        if data is not None:
+            self._size -= len(data) if isinstance(data, bytes) else data.size
+
+
 class Objects:
     """Reads and writes whole objects; local paths or ``s3://`` URIs."""
 
-    def __init__(self, is_s3: bool, s3_client: Any) -> None:
+    def __init__(self, is_s3: bool, s3_client: Any, written_bytes: int = 0) -> None:
         self._is_s3 = is_s3
+        self.is_s3 = is_s3
         self._client = s3_client  # a callable returning the lake's boto3 client
+        # Only on S3: a local read of a file just written comes from the page cache.
+        self.written = Written(written_bytes if is_s3 else 0)
 
     def read(self, uri: str) -> bytes | None:
         """The object's bytes, or None if there is none."""
+        kept = self.written.get(uri)
+        if kept is not None:
+            return kept if isinstance(kept, bytes) else kept.to_pybytes()
         if not self._is_s3:
             try:
                 with open(uri, "rb") as f:
@@ -63,6 +112,7 @@ class Objects:
         if self._is_s3:
             bucket, key = _split(uri)
             self._client().put_object(Bucket=bucket, Key=key, Body=bytes(data))
+            self.written.keep(uri, data)
             return
         os.makedirs(os.path.dirname(uri), exist_ok=True)
         with open(uri, "wb") as f:
@@ -72,7 +122,9 @@ class Objects:
         """Write ``data`` at ``uri``, over what is there: readers see the old object
         or the new one, whole."""
         if self._is_s3:
-            self.put(uri, data)  # a PUT is atomic
+            bucket, key = _split(uri)
+            self.written.forget(uri)
+            self._client().put_object(Bucket=bucket, Key=key, Body=bytes(data))  # atomic
             return
         directory, name = os.path.split(uri)
         temporary = os.path.join(directory, f".{name}.{uuid.uuid4()}.tmp")
@@ -93,6 +145,7 @@ class Objects:
                 if _code(exc) in _S3_TAKEN:
                     return False
                 raise
+            self.written.keep(uri, data)
             return True
         # delta-rs names its own temporary commit files this way; readers skip them.
         temporary = os.path.join(os.path.dirname(uri), f"_commit_{uuid.uuid4()}.json.tmp")
@@ -109,6 +162,7 @@ class Objects:
 
     def delete(self, uri: str) -> None:
         """Remove ``uri`` if it exists."""
+        self.written.forget(uri)
         if self._is_s3:
             bucket, key = _split(uri)
             self._client().delete_object(Bucket=bucket, Key=key)

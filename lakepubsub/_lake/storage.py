@@ -98,7 +98,7 @@ class Lake:
             os.makedirs(self.root, exist_ok=True)
         else:
             raise errors.InvalidArgument(f"unsupported lake URI {settings.lake!r}")
-        self.objects = Objects(self.is_s3, self.s3_client)
+        self.objects = Objects(self.is_s3, self.s3_client, constants.WRITTEN_CACHE_BYTES)
 
     # -- locations -----------------------------------------------------------------
 

@@ -22,6 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Coroutine
+from functools import partial
 from typing import Any
 
 from prometheus_client import Counter, Histogram
@@ -157,7 +158,10 @@ class PushService:
 
     async def _push_subscriptions(self) -> dict[str, Subscription] | None:
         try:
-            subs = await asyncio.to_thread(self.engine.all_subscriptions)
+            # The cached catalog: fresh each ``catalog_staleness()`` (and when a
+            # peer commits a change), not each refresh, which on S3 cost a LIST and
+            # a GET a second with no push subscription at all.
+            subs = await asyncio.to_thread(partial(self.engine.all_subscriptions, fresh=False))
         except errors.LakePubSubError as exc:
             log.warning("push: cannot read the catalog: %s", exc.message)
             return None

@@ -1,0 +1,74 @@
+"""The flush window: a topic's publishes and a subscription's lease changes commit
+at most once per window, however many requests come (real threads, real tables)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from prometheus_client import REGISTRY
+from support import LakeSpec
+
+from lakepubsub import Engine
+from lakepubsub.messages import PublishMessage
+from lakepubsub.names import SubscriptionName, TopicName
+from lakepubsub.settings import Settings
+from lakepubsub.subscriptions import Subscription
+from lakepubsub.topics import Topic
+
+TOPIC = TopicName("flush", "topic")
+SUB = SubscriptionName("flush", "sub")
+WINDOW_MS = 250.0
+SECONDS = 3.0
+PUBLISHERS = 16
+
+
+def _commits(table: str) -> float:
+    return REGISTRY.get_sample_value("lakepubsub_delta_commits_total", {"table": table}) or 0.0
+
+
+def test_publishes_and_acks_commit_once_per_window(local_lake: LakeSpec) -> None:
+    settings = local_lake.settings(flush_ms=WINDOW_MS)
+    assert Settings(lake="s3://bucket/lake").flush_s() > 0 == Settings(lake="/tmp/x").flush_s()
+    with Engine(settings) as engine:
+        engine.create_topic(Topic(TOPIC))
+        engine.create_subscription(Subscription(SUB, TOPIC))
+        stop = threading.Event()
+        published = 0
+        lock = threading.Lock()
+
+        def publish() -> None:
+            nonlocal published
+            while not stop.is_set():
+                engine.publish(TOPIC, [PublishMessage(b"m")])
+                with lock:
+                    published += 1
+
+        def consume() -> int:
+            got = 0
+            while not stop.is_set():
+                received = engine.pull(SUB, max_messages=100)
+                engine.acknowledge(SUB, [r.ack_id for r in received])
+                got += len(received)
+            return got
+
+        messages, leases = _commits("messages"), _commits("leases")
+        started = time.monotonic()
+        with ThreadPoolExecutor(PUBLISHERS + 1) as pool:
+            futures = [pool.submit(publish) for _ in range(PUBLISHERS)]
+            consumer = pool.submit(consume)
+            time.sleep(SECONDS)
+            stop.set()
+            for future in futures:
+                future.result()
+            consumer.result()
+        elapsed = time.monotonic() - started
+        messages, leases = _commits("messages") - messages, _commits("leases") - leases
+    windows = elapsed / (WINDOW_MS / 1000)
+    print(f"{published} publishes, {messages} message commits, {leases} lease commits")
+    # Each window: at most one publish commit, and one lease commit (the pull's
+    # leases and the previous pull's acks go together, or one each).
+    assert published > 2 * messages
+    assert messages <= windows + 2
+    assert leases <= windows + 2
