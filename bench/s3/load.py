@@ -107,27 +107,35 @@ def subscribe(host: str, subscriptions: list[str], expect: int, seconds: float) 
     from google.cloud import pubsub_v1
 
     subscriber = pubsub_v1.SubscriberClient()
-    seen: set[str] = set()
+    # Message ids are unique within a topic: a message is (subscription, id).
+    seen: set[tuple[str, str]] = set()
     duplicates = 0
     latencies: list[float] = []
     lock = threading.Lock()
     last_new = [time.monotonic()]
 
-    def callback(message) -> None:  # type: ignore[no-untyped-def]
+    def receiver(subscription: str):  # type: ignore[no-untyped-def]
+        def callback(message) -> None:  # type: ignore[no-untyped-def]
+            received(subscription, message)
+
+        return callback
+
+    def received(subscription: str, message) -> None:  # type: ignore[no-untyped-def]
         nonlocal duplicates
         now = time.monotonic_ns()
         message.ack()
+        key = (subscription, message.message_id)
         with lock:
-            if message.message_id in seen:
+            if key in seen:
                 duplicates += 1
                 return
-            seen.add(message.message_id)
+            seen.add(key)
             last_new[0] = time.monotonic()
             sent = message.attributes.get(SENT)
             if sent:
                 latencies.append((now - int(sent)) / NS_PER_MS)
 
-    futures = [subscriber.subscribe(s, callback) for s in subscriptions]
+    futures = [subscriber.subscribe(s, receiver(s)) for s in subscriptions]
     print("ready", flush=True)
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
