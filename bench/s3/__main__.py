@@ -247,7 +247,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--profile", choices=sorted(PROFILES), default="zero")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--cases", default="idle,load", help="idle, load or both")
+    parser.add_argument("--cases", default="idle,load,flush", help="idle, load, flush")
+    parser.add_argument(
+        "--flush-windows",
+        default="25,100,250,1000",
+        help="LAKEPUBSUB_FLUSH_MS values the flush case runs the batched case with",
+    )
     args = parser.parse_args(argv)
     cases = set(args.cases.split(","))
     window = QUICK_WINDOW_S if args.quick else WINDOW_S
@@ -271,6 +276,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         ),
     ]  # fmt: skip
     lines += load_report(loads, args.profile)
+    if "flush" in cases:
+        windows = [float(w) for w in args.flush_windows.split(",")]
+        sweep = [
+            load(
+                f"1 topic, {rate:.0f} msgs/s, batched, flush {w:.0f} ms",
+                1, rate, seconds, single=False, profile=args.profile,
+                env={"LAKEPUBSUB_FLUSH_MS": str(w)},
+            )
+            for w in windows
+        ]  # fmt: skip
+        lines += load_report(sweep, args.profile)
     print("\n".join(lines))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "s3.md").write_text("\n".join(lines) + "\n")
