@@ -71,6 +71,7 @@ bench-quick: install
 	$(BIN)/python -m bench.cost_bench --quick --out bench/results/tmp
 	$(BIN)/python -m bench.scaleout_bench --quick --out bench/results/tmp
 	$(BIN)/python -m bench.floors --quick --out bench/results/tmp
+	$(BIN)/python -m bench.s3 --quick --cases idle,load --out bench/results/tmp
 
 # Fault injection: crash, storage faults, concurrency, fuzz (bench/chaos).
 chaos: install

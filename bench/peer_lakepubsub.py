@@ -299,6 +299,7 @@ class LakePubSubServer:
             command = [
                 sys.executable, "-c", "from lakepubsub.cli import main; main()",
                 "--lake", self.lake, "serve", "--host", "127.0.0.1", "--port", "0",
+                "--no-access-log",  # as the uvicorn command above
             ]  # fmt: skip
         with log_path.open("wb") as log:
             self._process = subprocess.Popen(

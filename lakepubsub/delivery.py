@@ -258,7 +258,10 @@ class Dispatcher:
                         if earliest is not None:
                             timeout = min(timeout, earliest - now)
                         timeout = min(timeout, flush_at - now)
+                        waiting = bool(self._pulls)
                         self._cond.wait(timeout=max(0.001, timeout))
+                        if waiting:  # a pull waiting without cycles is not idleness
+                            last_work = time.monotonic()
                         self._expire_waiting_pulls(time.monotonic())
                     if self._stopped:
                         return

@@ -287,7 +287,7 @@ class Peering:
             self._heartbeat.join()
         loop, server, thread = self._loop, self._server, self._thread
         if self.me is not None and thread is not None:
-            self._tell_all("Bye", self.me.key.encode(), wait=True)
+            self._tell_all("Bye", self.me.key.encode(), wait=True, quiet=True)
         self._loop = self._server = self._thread = None  # a second stop does nothing
         if self.me is not None and thread is not None:
             with contextlib.suppress(Exception):
@@ -350,12 +350,18 @@ class Peering:
         now rather than at their next listing (until then two processes would
         commit to the topics this one owns, and contend)."""
         assert self.me is not None
-        self._tell_all("Hello", self.me.key.encode(), wait=True)
+        # A member listed but not answering is most often this host's previous
+        # process, killed: left out quietly.
+        self._tell_all("Hello", self.me.key.encode(), wait=True, quiet=True)
 
-    def _tell_all(self, method: str, body: bytes, *, wait: bool) -> None:
+    def _tell_all(self, method: str, body: bytes, *, wait: bool, quiet: bool = False) -> None:
         """Call ``method`` on every other member; a member that misses it learns at
         its next listing (or check)."""
-        calls = [self._call(m, method, body, TELL_TIMEOUT_S) for m in self._members if m != self.me]
+        calls = [
+            self._call(m, method, body, TELL_TIMEOUT_S, quiet=quiet)
+            for m in self._members
+            if m != self.me
+        ]
         for call in calls:
             if wait:
                 with contextlib.suppress(Exception):
@@ -396,7 +402,7 @@ class Peering:
         best = max(members, key=lambda m: _score(uid, m.id))
         return None if best == self.me else best
 
-    def forget(self, member: Member) -> None:
+    def forget(self, member: Member, *, quiet: bool = False) -> None:
         """Stop routing to ``member`` for a while (longer after each failure in a row),
         and then until its next heartbeat is seen."""
         now = time.time()
@@ -408,7 +414,7 @@ class Peering:
         pause = min(SUSPECT_S * 2 ** (failures - 1), SUSPECT_MAX_S)
         self._suspects[member] = (now, now + pause)
         self._members = tuple(m for m in self._members if m != member)
-        log.warning(
+        (log.info if quiet else log.warning)(
             "peer %s unreachable (%d in a row): its topics are committed here for %.0f s",
             member.address,
             failures,
@@ -417,7 +423,9 @@ class Peering:
 
     # -- calls to the owner ----------------------------------------------------------
 
-    def _call(self, member: Member, method: str, body: bytes, timeout_s: float) -> Future[bytes]:
+    def _call(
+        self, member: Member, method: str, body: bytes, timeout_s: float, *, quiet: bool = False
+    ) -> Future[bytes]:
         """Call ``member`` from any thread: the call runs on the peer server's loop
         with grpcio's asyncio channel (the blocking channel's ``future()`` started a
         thread per call)."""
@@ -426,9 +434,13 @@ class Peering:
             stopped: Future[bytes] = Future()
             stopped.set_exception(Unreachable("peering has stopped"))
             return stopped
-        return asyncio.run_coroutine_threadsafe(self._acall(member, method, body, timeout_s), loop)
+        return asyncio.run_coroutine_threadsafe(
+            self._acall(member, method, body, timeout_s, quiet), loop
+        )
 
-    async def _acall(self, member: Member, method: str, body: bytes, timeout_s: float) -> bytes:
+    async def _acall(
+        self, member: Member, method: str, body: bytes, timeout_s: float, quiet: bool = False
+    ) -> bytes:
         known = self._channels.get(member.address)  # only this loop's thread touches it
         if known is None or known[0] != member:
             if known is not None:
@@ -439,7 +451,7 @@ class Peering:
         try:
             answer: bytes = await call(body, timeout=timeout_s, metadata=((_TOKEN, member.token),))
         except grpc.aio.AioRpcError as exc:
-            raise self._failure(member, exc) from None
+            raise self._failure(member, exc, quiet) from None
         except asyncio.CancelledError as exc:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
@@ -449,7 +461,7 @@ class Peering:
         self._failures.pop(member, None)
         return answer
 
-    def _failure(self, member: Member, exc: grpc.RpcError) -> Exception:
+    def _failure(self, member: Member, exc: grpc.RpcError, quiet: bool = False) -> Exception:
         failed: Any = exc  # a grpc.Call as well as an RpcError
         trailing: dict[str, Any] = dict(failed.trailing_metadata() or ())
         kind = trailing.get(_ERROR)
@@ -462,7 +474,7 @@ class Peering:
             return errors.Unavailable(f"the topic's owner {member.address} did not answer in time")
         # Refused, reset, the wrong token, or something other than a peer at that
         # address (a proxy answering HTTP/2): the work was not done there.
-        self.forget(member)
+        self.forget(member, quiet=quiet)
         metrics.PEER_UNREACHABLE.inc()
         return Unreachable(f"{member.address}: {details}")
 

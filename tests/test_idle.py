@@ -246,3 +246,26 @@ def _pull_all(client: httpx.Client, path: str, count: int) -> list[dict[str, Any
         got += answer.json().get("receivedMessages", [])
     assert len(got) == count, got
     return got
+
+
+def test_a_subscription_with_pulls_waiting_keeps_its_dispatcher(
+    proxied: tuple[LakeSpec, S3Proxy],
+) -> None:
+    """Waiting pulls run no cycles; that is not idleness: the dispatcher (and the
+    tables it holds open) stays between one long poll and the next, where it used
+    to exit and reopen both tables (a LIST and GETs each) about once a minute."""
+    lake, proxy = proxied
+    settings = _s3_defaults(lake, pull_wait_s=2.0, worker_idle_exit_s=1.0)
+    topic, sub = TopicName(PROJECT, "keep"), SubscriptionName(PROJECT, "keep")
+    with _serving(settings) as engine:
+        engine.create_topic(Topic(topic))
+        engine.create_subscription(Subscription(sub, topic))
+        assert engine.pull(sub, max_messages=1) == []
+        first = dict(engine._dispatchers)
+        assert len(first) == 1
+        proxy.reset()
+        for _ in range(2):
+            assert engine.pull(sub, max_messages=1) == []
+        assert dict(engine._dispatchers) == first
+        counts = proxy.reset()
+    assert _requests(counts) == 0, counts

@@ -7,6 +7,8 @@ processes would have. tests/api/test_scaleout.py runs real server processes.
 
 from __future__ import annotations
 
+import logging
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -261,3 +263,22 @@ def test_a_catalog_commit_is_told_to_the_peers_and_a_stop_says_goodbye(
             engine.peering = None
             peering.stop()
             engine.close()
+
+
+def test_a_restart_after_kill_9_leaves_its_dead_predecessor_out_quietly(
+    local_lake: LakeSpec, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The killed process's membership object is still there (it expires later):
+    the new process's hello to it fails, and that is no warning."""
+    with Engine(local_lake.settings()) as engine:
+        dead = Member("0" * 12, "127.0.0.1", 9, "0" * 32, socket.gethostname())  # nothing listens
+        engine.lake.objects.put(engine.lake.uri("peers", dead.key), b"")
+        peering = Peering(engine)
+        with caplog.at_level(logging.INFO, logger="lakepubsub.peers"):
+            peering.start()
+        try:
+            assert dead not in peering.members
+            assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+            assert "unreachable" in caplog.text  # said, at INFO
+        finally:
+            peering.stop()

@@ -289,7 +289,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         lines += load_report(sweep, args.profile)
     print("\n".join(lines))
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "s3.md").write_text("\n".join(lines) + "\n")
+    every = {"idle", "load", "flush"}
+    name = "s3" if cases >= every else "s3-" + "-".join(sorted(cases & every))
+    if args.profile != "zero":
+        name += f"-{args.profile}"
+    (args.out / f"{name}.md").write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -153,6 +153,12 @@ def main(
     "--tls-key", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM key."
 )
 @click.option("--log-level", default="info", show_default=True, help="uvicorn's log level.")
+@click.option(
+    "--access-log/--no-access-log",
+    default=True,
+    show_default=True,
+    help="One line per REST request and per gRPC call (off: the CPU they cost).",
+)
 @click.pass_context
 def serve(
     ctx: click.Context,
@@ -162,6 +168,7 @@ def serve(
     tls_cert: str | None,
     tls_key: str | None,
     log_level: str,
+    access_log: bool,
 ) -> None:
     """Serve Pub/Sub's REST and gRPC APIs on one port, on the lake (--lake,
     LAKEPUBSUB_LAKE): http://HOST:PORT for REST, PUBSUB_EMULATOR_HOST=HOST:PORT for
@@ -186,7 +193,8 @@ def serve(
         timeout_graceful_shutdown=30,
         timeout_keep_alive=constants.KEEP_ALIVE_S,
         http=OnePortProtocol,
-        log_config=_log_config(log_level, ACCESS_LOG.name),
+        access_log=access_log,
+        log_config=_log_config(log_level if access_log else "warning", ACCESS_LOG.name),
     )
 
 
