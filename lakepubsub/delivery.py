@@ -100,7 +100,15 @@ class SeekRequest:
     future: Future[None] = field(default_factory=Future)
 
 
-Request = PullRequest | AckRequest | TruncateRequest | SeekRequest
+@dataclass
+class FlushRequest:
+    """Commit the lease changes held in memory (a reader of the stored table, such as a
+    snapshot, must see them)."""
+
+    future: Future[None] = field(default_factory=Future)
+
+
+Request = PullRequest | AckRequest | TruncateRequest | SeekRequest | FlushRequest
 SubscriptionLookup = Callable[[], Subscription | None]
 # Publishes dead-lettered messages to a topic; returns once they are committed.
 DeadLetterSink = Callable[[TopicName, list[PublishMessage]], None]
@@ -148,7 +156,7 @@ class Dispatcher:
         self._cond = threading.Condition()
         self._pulls: list[PullRequest] = []
         self._acks: list[AckRequest] = []
-        self._truncates: list[TruncateRequest | SeekRequest] = []
+        self._truncates: list[TruncateRequest | SeekRequest | FlushRequest] = []
         self._nudged = True
         # The last cycle found less than its pulls asked for, and nothing was said
         # to have changed since: a new pull waits for a nudge, the next check
@@ -341,7 +349,7 @@ class Dispatcher:
     def _cycle(
         self,
         acks: list[AckRequest],
-        truncates: list[TruncateRequest | SeekRequest],
+        truncates: list[TruncateRequest | SeekRequest | FlushRequest],
         pulls: list[PullRequest],
     ) -> None:
         current = self._lookup()
@@ -431,7 +439,7 @@ class Dispatcher:
     def _attempt(
         self,
         acks: list[AckRequest],
-        truncates: list[TruncateRequest | SeekRequest],
+        truncates: list[TruncateRequest | SeekRequest | FlushRequest],
         pulls: list[PullRequest],
     ) -> tuple[list[dict[str, str]], list[TruncationEvent | None], list[ReceivedMessage]]:
         demand = sum(p.max_messages for p in pulls)
@@ -448,7 +456,9 @@ class Dispatcher:
         ack_results = [_apply(planner, r) for r in acks]
         events: list[TruncationEvent | None] = []
         for request in truncates:
-            if isinstance(request, SeekRequest):
+            if isinstance(request, FlushRequest):
+                events.append(None)
+            elif isinstance(request, SeekRequest):
                 planner.reset(request.frontier, request.rows)
                 events.append(None)
             else:
@@ -467,7 +477,7 @@ class Dispatcher:
         return ack_results, events, deliveries
 
     def _must_commit(
-        self, table: LeaseTable, truncates: list[TruncateRequest | SeekRequest]
+        self, table: LeaseTable, truncates: list[TruncateRequest | SeekRequest | FlushRequest]
     ) -> bool:
         """Whether this cycle commits, or leaves its changes in memory for a later one:
         an exactly-once subscription confirms nothing before it is stored, nor do

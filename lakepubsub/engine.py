@@ -28,6 +28,7 @@ from lakepubsub.batches import Batch, build, from_messages
 from lakepubsub.delivery import (
     AckRequest,
     Dispatcher,
+    FlushRequest,
     PullRequest,
     Request,
     SeekRequest,
@@ -741,8 +742,18 @@ class Engine:
     # -- state for jobs and operators ---------------------------------------------------
 
     def subscription_state(self, name: SubscriptionName) -> leases.LeaseState:
-        """The subscription's cursor and outstanding rows, as stored now."""
+        """The subscription's cursor and outstanding rows, as stored now, with what this
+        process's dispatcher held in memory committed first (a snapshot, a view). The
+        lease changes another process holds (up to its lease flush window) are not
+        in it."""
         sub = self._subscription(name)
+        with self._lock:
+            dispatcher = self._dispatchers.get(sub.uid)
+        if dispatcher is not None and dispatcher.alive:
+            flush = FlushRequest()
+            with contextlib.suppress(errors.Unavailable):  # stopping: it commits anyway
+                dispatcher.submit(flush)
+                flush.future.result()
         table = self.lake.open(self.lake.leases_uri(sub.uid))
         return leases.LeaseState.from_arrow(table.to_pyarrow_table(), table.version())
 
