@@ -69,7 +69,6 @@ class Objects:
     """Reads and writes whole objects; local paths or ``s3://`` URIs."""
 
     def __init__(self, is_s3: bool, s3_client: Any, written_bytes: int = 0) -> None:
-        self._is_s3 = is_s3
         self.is_s3 = is_s3
         self._client = s3_client  # a callable returning the lake's boto3 client
         # Only on S3: a local read of a file just written comes from the page cache.
@@ -80,7 +79,7 @@ class Objects:
         kept = self.written.get(uri)
         if kept is not None:
             return kept if isinstance(kept, bytes) else kept.to_pybytes()
-        if not self._is_s3:
+        if not self.is_s3:
             try:
                 with open(uri, "rb") as f:
                     return f.read()
@@ -96,7 +95,7 @@ class Objects:
         return bytes(response["Body"].read())
 
     def exists(self, uri: str) -> bool:
-        if not self._is_s3:
+        if not self.is_s3:
             return os.path.exists(uri)
         bucket, key = _split(uri)
         try:
@@ -109,7 +108,7 @@ class Objects:
 
     def put(self, uri: str, data: bytes | pa.Buffer) -> None:
         """Write ``data`` at ``uri`` (a fresh name: data files are never overwritten)."""
-        if self._is_s3:
+        if self.is_s3:
             bucket, key = _split(uri)
             self._client().put_object(Bucket=bucket, Key=key, Body=bytes(data))
             self.written.keep(uri, data)
@@ -121,7 +120,7 @@ class Objects:
     def replace(self, uri: str, data: bytes | pa.Buffer) -> None:
         """Write ``data`` at ``uri``, over what is there: readers see the old object
         or the new one, whole."""
-        if self._is_s3:
+        if self.is_s3:
             bucket, key = _split(uri)
             self.written.forget(uri)
             self._client().put_object(Bucket=bucket, Key=key, Body=bytes(data))  # atomic
@@ -137,7 +136,7 @@ class Objects:
 
         Readers see either nothing or the whole object.
         """
-        if self._is_s3:
+        if self.is_s3:
             bucket, key = _split(uri)
             try:
                 self._client().put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
@@ -163,7 +162,7 @@ class Objects:
     def delete(self, uri: str) -> None:
         """Remove ``uri`` if it exists."""
         self.written.forget(uri)
-        if self._is_s3:
+        if self.is_s3:
             bucket, key = _split(uri)
             self._client().delete_object(Bucket=bucket, Key=key)
             return
