@@ -17,6 +17,7 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from lakepubsub import constants, errors
+from lakepubsub._lake.meter import METER
 from lakepubsub._lake.objects import Objects
 from lakepubsub.settings import Settings
 
@@ -254,7 +255,7 @@ class Lake:
         import boto3
 
         opts = self.storage_options or {}
-        return boto3.client(
+        client = boto3.client(
             "s3",
             endpoint_url=opts.get("AWS_ENDPOINT_URL"),
             aws_access_key_id=opts.get("AWS_ACCESS_KEY_ID"),
@@ -262,6 +263,7 @@ class Lake:
             aws_session_token=opts.get("AWS_SESSION_TOKEN"),
             region_name=opts.get("AWS_REGION", "us-east-1"),
         )
+        return METER.watch(client)  # counts this process's S3 requests (the console shows them)
 
     def _remove_s3_prefix(self, prefix: str) -> None:
         client = self.s3_client()

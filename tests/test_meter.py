@@ -1,0 +1,67 @@
+"""The S3 meter counts what the lake's boto3 client sends, as a counting proxy in
+front of a real (moto) S3 sees it, and prices it at S3 Standard list prices."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from support import LakeSpec, MotoServer
+
+from bench.s3.proxy import S3Proxy
+from lakepubsub._lake import Lake
+from lakepubsub._lake.meter import METER, Meter, cost_usd, kind_of
+
+pytestmark = pytest.mark.s3
+
+
+@pytest.fixture
+def proxied_lake(moto_server: MotoServer) -> Iterator[tuple[Lake, S3Proxy]]:
+    with S3Proxy(moto_server.endpoint) as proxy:
+        options = {**moto_server.storage_options, "AWS_ENDPOINT_URL": proxy.endpoint}
+        spec = LakeSpec(f"s3://{moto_server.bucket}/{uuid.uuid4().hex}", options)
+        yield Lake(spec.settings()), proxy
+
+
+def test_the_meter_counts_each_request_by_kind_as_the_proxy_sees_it(
+    proxied_lake: tuple[Lake, S3Proxy],
+) -> None:
+    lake, proxy = proxied_lake
+    meter = Meter()
+    meter.watch(lake.s3_client())
+    before = METER.reading().total
+    proxy.reset()
+
+    objects = lake.objects
+    log = lake.uri("topics", "t1", "messages", "_delta_log")
+    assert objects.put_if_absent(f"{log}/00000000000000000000.json", b"{}\n")  # PUT
+    assert not objects.put_if_absent(f"{log}/00000000000000000000.json", b"{}\n")  # PUT, 412
+    objects.put(lake.uri("topics", "t1", "messages", "part-0.parquet"), b"x" * 100)  # PUT
+    objects.replace(lake.uri("topics", "t1", "messages", "_last"), b"1")  # PUT
+    assert objects.read(lake.uri("topics", "t1", "messages", "_last")) == b"1"  # GET
+    assert objects.read(f"{log}/00000000000000000001.json") is None  # GET, 404
+    assert objects.exists(f"{log}/00000000000000000000.json")  # HEAD
+    assert not objects.exists(f"{log}/00000000000000000009.json")  # HEAD, 404
+    assert lake.list_dirs("topics") == ["t1"]  # LIST
+    objects.delete(lake.uri("topics", "t1", "messages", "_last"))  # DELETE
+    lake.remove_tree("topics")  # LIST, then POST (DeleteObjects)
+
+    seen = {k: int(v) for k, v in dict(proxy.counts()["kinds"]).items()}  # type: ignore[call-overload]
+    counted = {k: n for k, n in meter.reading().counts.items() if n}
+    assert counted == seen == {"put": 4, "get": 2, "head": 2, "list": 2, "delete": 1, "post": 1}
+    # The process's own meter watches every Lake's client (storage.py's hookup).
+    assert METER.reading().total - before >= sum(seen.values())
+    assert meter.reading().cost_usd == pytest.approx((4 + 2 + 1) * 0.005 / 1000 + 4 * 0.0004 / 1000)
+
+
+def test_kinds_and_prices() -> None:
+    assert kind_of("PUT", "PutObject") == "put"
+    assert kind_of("PUT", "CopyObject") == "copy"
+    assert kind_of("GET", "ListObjectsV2") == "list"
+    assert kind_of("GET", "GetObject") == "get"
+    assert kind_of("POST", "DeleteObjects") == "post"
+    assert kind_of("DELETE", "DeleteObject") == "delete"
+    # 1,000 PUTs and 1,000 GETs at S3 Standard list prices; DELETE is free.
+    assert cost_usd({"put": 1000, "get": 1000, "delete": 1000}) == pytest.approx(0.0054)
+    assert cost_usd({"list": 2000, "head": 5000}) == pytest.approx(0.012)
