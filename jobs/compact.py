@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from deltalake import CommitProperties, DeltaTable
 
+from jobs import runs
 from jobs.common import (
     FileStats,
     JobContext,
@@ -164,6 +165,7 @@ def run(ctx: JobContext, options: CompactOptions | None = None) -> CompactReport
     ctx.progress.end()
     report.tables.sort(key=lambda t: (t.kind, t.name))
     report.seconds = watch.seconds()
+    runs.record(ctx, report)
     return report
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from jobs import runs
 from jobs.common import JobContext, Stopwatch, newest_change_s
 from lakepubsub import catalog, constants, errors
 from lakepubsub.names import SnapshotName, SubscriptionName
@@ -98,6 +99,7 @@ def run(ctx: JobContext, options: GcOptions | None = None) -> GcReport:
     _sweep(ctx, listed, options, report)
     ctx.progress.end()
     report.seconds = watch.seconds()
+    runs.record(ctx, report)
     return report
 
 

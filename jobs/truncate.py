@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 from deltalake import write_deltalake
 
+from jobs import runs
 from jobs.common import JobContext, Stopwatch, offset_range, retrying
 from lakepubsub import catalog, constants, errors, schemas
 from lakepubsub._lake import storage_errors
@@ -139,6 +140,7 @@ def run(ctx: JobContext, options: TruncateOptions | None = None) -> TruncateRepo
             ctx.progress.advance(f"messages of {topic.name.path}")
     ctx.progress.end()
     report.seconds = watch.seconds()
+    runs.record(ctx, report)
     return report
 
 

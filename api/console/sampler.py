@@ -16,11 +16,13 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
+from api.console.maintenance import JobCommits, Seen, read_runs
 from api.console.tables import (
     Footprint,
     LeaseReader,
-    SizeReads,
+    Reads,
     TopicReader,
     Truncation,
     TruncationLog,
@@ -30,6 +32,7 @@ from api.console.tables import (
 from lakepubsub import Engine, errors, schemas
 from lakepubsub import catalog as cat
 from lakepubsub._lake import TableLog
+from lakepubsub._lake.meter import METER
 from lakepubsub.leases import LeaseState
 
 log = logging.getLogger(__name__)
@@ -45,6 +48,13 @@ RATE_WINDOW_S = 60.0
 # Files one sample may read for message sizes (about 0.5 ms each locally); a backlog
 # in files not read yet counts their rows at the mean message size read so far.
 SIZE_READS_PER_SAMPLE = 40
+# Commit files one sample may read looking back for the jobs' commits (about 50 us
+# each locally, a GET on S3), over all tables (api/console/maintenance.py).
+COMMIT_READS_PER_SAMPLE = 200
+# The jobs' run records are read at most this often on S3 (3 GETs), every sample locally.
+JOB_RUNS_READ_S = 60.0
+# The series of this process's S3 requests (lakepubsub/_lake/meter.py).
+S3 = "s3"
 # The catalog may be this stale for a sample.
 CATALOG_MAX_STALENESS_S = 1.0
 
@@ -65,13 +75,21 @@ class SubscriptionPoint:
     leases_out: int
 
 
+@dataclass(frozen=True, slots=True)
+class MeterPoint:
+    t: float
+    requests: int  # this process's S3 requests through boto3 so far
+    cost_usd: float  # what they cost at list prices
+
+
 @dataclass
 class Series:
     """One resource incarnation's samples, oldest first, and its table's size."""
 
-    points: deque[TopicPoint | SubscriptionPoint]
+    points: deque[TopicPoint | SubscriptionPoint | MeterPoint]
     size: Footprint | None = None
     state: LeaseState | None = None  # a subscription's newest lease state (never changed)
+    jobs: Seen | None = None  # a topic's last compaction and message delete
     error: str = ""
 
 
@@ -110,6 +128,7 @@ class _Backlog:
 class _Readers:
     topics: dict[str, TopicReader] = field(default_factory=dict)
     leases: dict[str, LeaseReader] = field(default_factory=dict)
+    job_commits: dict[str, JobCommits] = field(default_factory=dict)
     catalog: TableLog | None = None
     truncations: TruncationLog | None = None
     backlogs: dict[str, _Backlog] = field(default_factory=dict)
@@ -138,6 +157,9 @@ class Sampler:
         self.samples = 0  # completed samples, for tests and the lake page
         self.last_sample_s = 0.0  # how long the last sample took
         self.last_sample_cpu_s = 0.0  # and the CPU time its thread used
+        # Each job's last run (jobs/runs.py), replaced whole when read again.
+        self.job_runs: dict[str, dict[str, Any]] = {}
+        self._runs_read_at = float("-inf")
 
     # -- what pages read --------------------------------------------------------------------
 
@@ -145,7 +167,7 @@ class Sampler:
         with self._lock:
             return self._series.get(uid)
 
-    def points(self, uid: str) -> list[TopicPoint | SubscriptionPoint]:
+    def points(self, uid: str) -> list[TopicPoint | SubscriptionPoint | MeterPoint]:
         with self._lock:
             found = self._series.get(uid)
             return list(found.points) if found is not None else []
@@ -189,6 +211,7 @@ class Sampler:
         now = self._clock()
         heads: dict[str, int] = {}
         topics = view.of_kind(cat.TOPIC)
+        commit_reads = Reads(COMMIT_READS_PER_SAMPLE)
         for entry in topics:
             reader = readers.topics.get(entry.uid)
             try:
@@ -196,12 +219,18 @@ class Sampler:
                     reader = readers.topics[entry.uid] = TopicReader(lake, entry.uid)
                 reader.refresh()
                 heads[entry.uid] = reader.head()
+                commits = readers.job_commits.get(entry.uid)
+                if commits is None:
+                    commits = readers.job_commits[entry.uid] = JobCommits(lake, reader.log)
+                commits.advance(commit_reads)
             except errors.LakePubSubError as exc:
                 self._failed(entry.uid, exc)
                 continue
-            self._record(entry.uid, TopicPoint(now, heads[entry.uid]), reader.footprint())
+            self._record(
+                entry.uid, TopicPoint(now, heads[entry.uid]), reader.footprint(), jobs=commits.seen
+            )
         subscriptions = view.of_kind(cat.SUBSCRIPTION)
-        reads = SizeReads(SIZE_READS_PER_SAMPLE)
+        reads = Reads(SIZE_READS_PER_SAMPLE)
         for entry in subscriptions:
             topic = readers.topics.get(entry.topic_uid or "")
             head = heads.get(entry.topic_uid or "")
@@ -220,9 +249,14 @@ class Sampler:
                 continue
             self._record(entry.uid, point, footprint(leases.log), state)
         self._sample_others()
-        live = {e.uid for e in topics} | {e.uid for e in subscriptions} | {"catalog", "truncations"}
+        if lake.is_s3:
+            reading = METER.reading()
+            self._record(S3, MeterPoint(now, reading.total, reading.cost_usd))
+        others = {"catalog", "truncations", S3}
+        live = {e.uid for e in topics} | {e.uid for e in subscriptions} | others
         for uid in [u for u in readers.topics if u not in live]:
             del readers.topics[uid]
+            readers.job_commits.pop(uid, None)
         for uid in [u for u in readers.leases if u not in live]:
             del readers.leases[uid]
             readers.backlogs.pop(uid, None)
@@ -246,6 +280,12 @@ class Sampler:
         except errors.LakePubSubError as exc:
             self._failed("catalog", exc)
             return
+        if not lake.is_s3 or time.monotonic() - self._runs_read_at >= JOB_RUNS_READ_S:
+            self._runs_read_at = time.monotonic()
+            try:
+                self.job_runs = read_runs(lake)
+            except errors.LakePubSubError as exc:
+                self._failed("jobs", exc)
         with self._lock:
             for name, log in (("catalog", readers.catalog), ("truncations", readers.truncations)):
                 if log is not None:
@@ -260,9 +300,11 @@ class Sampler:
     def _record(
         self,
         uid: str,
-        point: TopicPoint | SubscriptionPoint,
-        size: Footprint,
+        point: TopicPoint | SubscriptionPoint | MeterPoint,
+        size: Footprint | None = None,
         state: LeaseState | None = None,
+        *,
+        jobs: Seen | None = None,
     ) -> None:
         with self._lock:
             series = self._series.get(uid)
@@ -271,6 +313,7 @@ class Sampler:
             series.points.append(point)
             series.size = size
             series.state = state
+            series.jobs = jobs
             series.error = ""
 
     def _failed(self, uid: str, exc: Exception) -> None:
@@ -286,7 +329,7 @@ def _subscription_point(
     topic: TopicReader,
     head: int,
     last: _Backlog | None,
-    reads: SizeReads,
+    reads: Reads,
 ) -> tuple[SubscriptionPoint, _Backlog]:
     if last is not None and last.version == state.version and last.head == head:
         backlog = last  # nothing moved: no file is looked at again

@@ -40,8 +40,9 @@ def footprint(log: TableLog) -> Footprint:
     return Footprint(log.version, len(log.files), sum(f.size for f in log.files.values()))
 
 
-class SizeReads:
-    """How many files one sample may still read for message sizes."""
+class Reads:
+    """How many objects one sample may still read for one purpose (message sizes,
+    commits looked back through)."""
 
     def __init__(self, files: int) -> None:
         self.left = files
@@ -112,7 +113,7 @@ class TopicReader:
     def footprint(self) -> Footprint:
         return Footprint(self.log.version, len(self.log.files), self._bytes)
 
-    def bytes_of(self, lo: int, hi: int, offsets: list[int], reads: SizeReads) -> int:
+    def bytes_of(self, lo: int, hi: int, offsets: list[int], reads: Reads) -> int:
         """Total size of the messages with ``lo <= offset < hi`` or in ``offsets``
         (sorted, below ``lo``). Exact for files whose sizes were read; ``reads`` caps
         the files read now, and the rest count their rows at the mean size so far."""
@@ -146,7 +147,7 @@ class TopicReader:
         stored = self.log.files.get(f.path)
         return stored.size / f.rows if stored is not None else 0.0
 
-    def _file_sizes(self, f: _File, reads: SizeReads) -> list[int] | None:
+    def _file_sizes(self, f: _File, reads: Reads) -> list[int] | None:
         found = self._sizes.get(f.path)
         if found is not None or reads.left <= 0:
             return found
