@@ -9,7 +9,8 @@ from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import RedirectResponse, Response
 
-from api.console.access import COOKIE, viewer
+from api.console import replay as dead_letters
+from api.console.access import COOKIE, Viewer, viewer
 from api.console.web import (
     ROOT,
     common,
@@ -19,10 +20,12 @@ from api.console.web import (
     parse_time_us,
     router,
     sub_resource,
+    topic_resource,
     when,
 )
-from lakepubsub import errors
-from lakepubsub.names import SubscriptionName
+from lakepubsub import Engine, errors
+from lakepubsub.iam import Resource
+from lakepubsub.names import SnapshotName, SubscriptionName
 
 # Form bodies larger than this are refused (a real one is under a hundred bytes).
 MAX_FORM_BYTES = 16 * 1024
@@ -80,19 +83,24 @@ def logout() -> Response:
     return response
 
 
-async def act_on(
-    request: Request, project: str, subscription: str, act: Callable[[dict[str, str]], str]
-) -> Response:
+# An action on a subscription: what it did, in a sentence for the page it returns to.
+Act = Callable[[Engine, SubscriptionName, Viewer, dict[str, str]], str]
+
+
+async def act_on(request: Request, project: str, subscription: str, act: Act) -> Response:
+    """Run ``act`` for a caller who may consume the subscription (``act`` checks any
+    other permission it needs), then show the subscription's page with what it did."""
     if not _same_origin(request):
         return error_page(request, 403, "Not allowed", "a form from another site")
     try:
         v = await viewer(request, console_of(request).authenticator)
     except errors.Unauthenticated as exc:
         return error_page(request, 401, "Not signed in", str(exc))
+    name = SubscriptionName(project, subscription)
     try:
         v.require("pubsub.subscriptions.consume", sub_resource(project, subscription))
         form = await _form(request)
-        done = await run_in_threadpool(act, form)
+        done = await run_in_threadpool(act, engine_of(request), name, v, form)
     except errors.PermissionDenied as exc:
         return error_page(request, 403, "Not allowed", str(exc))
     except errors.LakePubSubError as exc:
@@ -101,28 +109,71 @@ async def act_on(
     return RedirectResponse(f"{page}?{urlencode({'done': done})}", status_code=303)
 
 
-@router.post("/subscriptions/{project}/{subscription}/seek")
-async def seek(request: Request, project: str, subscription: str) -> Response:
-    engine = engine_of(request)
-    name = SubscriptionName(project, subscription)
+def action(verb: str) -> Callable[[Act], Act]:
+    """Serve ``act`` at ``POST /console/subscriptions/{project}/{subscription}/{verb}``."""
 
-    def act(form: dict[str, str]) -> str:
-        at_us = parse_time_us(form.get("time", ""), "time")
-        if at_us is None:
-            raise errors.InvalidArgument("seek needs a time")
-        engine.seek_to_time(name, at_us)
-        return f"Sought to {when(at_us)}."
+    def register(act: Act) -> Act:
+        async def endpoint(request: Request, project: str, subscription: str) -> Response:
+            return await act_on(request, project, subscription, act)
 
-    return await act_on(request, project, subscription, act)
+        router.add_api_route(
+            f"/subscriptions/{{project}}/{{subscription}}/{verb}",
+            endpoint,
+            methods=["POST"],
+            name=act.__name__,
+        )
+        return act
+
+    return register
 
 
-@router.post("/subscriptions/{project}/{subscription}/truncate")
-async def truncate(request: Request, project: str, subscription: str) -> Response:
-    engine = engine_of(request)
-    name = SubscriptionName(project, subscription)
+@action("seek")
+def seek(engine: Engine, name: SubscriptionName, v: Viewer, form: dict[str, str]) -> str:
+    at_us = parse_time_us(form.get("time", ""), "time")
+    if at_us is None:
+        raise errors.InvalidArgument("seek needs a time")
+    engine.seek_to_time(name, at_us)
+    return f"Sought to {when(at_us)}."
 
-    def act(form: dict[str, str]) -> str:
-        event = engine.truncate(name)
-        return f"Truncated offsets {event.first_offset} to {event.end_offset}."
 
-    return await act_on(request, project, subscription, act)
+@action("truncate")
+def truncate(engine: Engine, name: SubscriptionName, v: Viewer, form: dict[str, str]) -> str:
+    event = engine.truncate(name)
+    return f"Truncated offsets {event.first_offset} to {event.end_offset}."
+
+
+@action("snapshot")
+def create_snapshot(engine: Engine, name: SubscriptionName, v: Viewer, form: dict[str, str]) -> str:
+    """A snapshot of the subscription, named in the subscription's project."""
+    snapshot = SnapshotName(name.project, form.get("snapshot", "").strip())
+    v.require("pubsub.snapshots.create", Resource.of_project(name.project))
+    created = engine.create_snapshot(snapshot, name)
+    return f"Created snapshot {created.name.path} (expires {when(created.expire_time_us)})."
+
+
+@action("seek-snapshot")
+def seek_snapshot(engine: Engine, name: SubscriptionName, v: Viewer, form: dict[str, str]) -> str:
+    snapshot = SnapshotName.parse(form.get("snapshot", ""))
+    v.require("pubsub.snapshots.seek", Resource.of_snapshot(snapshot))
+    engine.seek_to_snapshot(name, snapshot)
+    return f"Sought to snapshot {snapshot.path}."
+
+
+@action("replay")
+def replay_dead_letters(
+    engine: Engine, name: SubscriptionName, v: Viewer, form: dict[str, str]
+) -> str:
+    """Move what the subscription dead-lettered back to its topic (``api/console/replay.py``)."""
+    sub = engine.get_subscription(name)
+    policy = sub.dead_letter_policy
+    if policy is None:
+        raise errors.FailedPrecondition(f"{name.path} has no dead-letter policy")
+    source = SubscriptionName.parse(form.get("source", ""))
+    if engine.get_subscription(source).topic != policy.dead_letter_topic:
+        raise errors.InvalidArgument(
+            f"{source.path} is not a subscription of {policy.dead_letter_topic.path}"
+        )
+    v.require("pubsub.subscriptions.consume", sub_resource(source.project, source.id))
+    v.require("pubsub.topics.publish", topic_resource(sub.topic.project, sub.topic.id))
+    done = dead_letters.replay(engine, name, sub.topic, source, policy.dead_letter_topic)
+    return dead_letters.summary(done, sub.topic, source)

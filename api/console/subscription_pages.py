@@ -10,7 +10,8 @@ from starlette.responses import Response
 
 from api.console.access import Viewer
 from api.console.charts import duration, human, line, spark
-from api.console.sampler import SubscriptionPoint, per_second, rate
+from api.console.replay import MAX_REPLAY
+from api.console.sampler import Sampler, SubscriptionPoint, per_second, rate
 from api.console.tables import pending_events
 from api.console.web import (
     console_of,
@@ -26,8 +27,9 @@ from api.console.web import (
 )
 from lakepubsub import catalog as cat
 from lakepubsub import errors, schemas
+from lakepubsub.iam import Resource
 from lakepubsub.leases import LEASED
-from lakepubsub.names import SubscriptionName
+from lakepubsub.names import SnapshotName, SubscriptionName
 from lakepubsub.subscriptions import Subscription
 
 # Leases listed on a subscription's page at most.
@@ -163,10 +165,15 @@ async def subscription(request: Request, project: str, subscription: str) -> Res
                 title="Delivered (msgs/s)",
             ),
         ]
+        may_act = v.may("pubsub.subscriptions.consume", resource)
         return "subscription.html", {
             "title": f"Subscription {project}/{subscription}",
             "live": True,
-            "may_act": v.may("pubsub.subscriptions.consume", resource),
+            "may_act": may_act,
+            "may_snapshot": may_act
+            and v.may("pubsub.snapshots.create", Resource.of_project(project)),
+            "snapshots": _seekable(v, entry.topic_uid or "") if may_act else [],
+            "dead_letter": _dead_letter(v, sampler, sub) if may_act else None,
             "s": {
                 "name": sub.name.path,
                 "project": project,
@@ -185,6 +192,42 @@ async def subscription(request: Request, project: str, subscription: str) -> Res
         }
 
     return await page(request, "subscriptions", build)
+
+
+def _seekable(v: Viewer, topic_uid: str) -> list[str]:
+    """Snapshots of the topic the viewer may seek to."""
+    return [
+        SnapshotName(e.project, e.name).path
+        for e in v.view.attached_to(topic_uid)
+        if e.kind == cat.SNAPSHOT
+        and v.may("pubsub.snapshots.seek", Resource.of_snapshot(SnapshotName(e.project, e.name)))
+    ]
+
+
+def _dead_letter(v: Viewer, sampler: Sampler, sub: Subscription) -> dict[str, Any] | None:
+    """Where the subscription dead-letters, and the subscriptions there the viewer may
+    replay from (with their backlog as last sampled)."""
+    policy = sub.dead_letter_policy
+    if policy is None:
+        return None
+    dlt = policy.dead_letter_topic
+    topic = v.view.get(cat.TOPIC, dlt.project, dlt.id)
+    sources = []
+    for e in v.view.attached_to(topic.uid) if topic is not None else []:
+        if e.kind != cat.SUBSCRIPTION or not v.may(
+            "pubsub.subscriptions.consume", sub_resource(e.project, e.name)
+        ):
+            continue
+        points = [p for p in sampler.points(e.uid) if isinstance(p, SubscriptionPoint)]
+        backlog = f"{points[-1].backlog:,} unacknowledged" if points else "not sampled yet"
+        sources.append({"path": SubscriptionName(e.project, e.name).path, "backlog": backlog})
+    return {
+        "topic": dlt.path,
+        "exists": topic is not None,
+        "sources": sources,
+        "may_publish": v.may("pubsub.topics.publish", Resource.of_topic(sub.topic)),
+        "limit": f"{MAX_REPLAY:,}",
+    }
 
 
 def _settings(sub: Subscription) -> list[tuple[str, str]]:
