@@ -14,46 +14,22 @@ from typing import Any
 
 import httpx
 import pytest
-from consolekit import SCREENSHOTS, as_key
-from selenium.common.exceptions import StaleElementReferenceException
+from consolekit import (
+    WAIT_S,
+    P,
+    as_key,
+    b64,
+    flash,
+    ok,
+    posted_status,
+    shoot,
+    sign_in,
+    wait,
+)
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import WebDriverWait
 from support import Server
 
-P = "/v1/projects/demo"
-WAIT_S = 60.0
-
-
-def b64(text: str) -> str:
-    return base64.b64encode(text.encode()).decode()
-
-
-def ok(response: httpx.Response) -> Any:
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
-def wait(driver: Any, condition: Any) -> Any:
-    """Until ``condition(driver)``; the live parts of a page are replaced as it runs."""
-    return WebDriverWait(
-        driver, WAIT_S, poll_frequency=0.5, ignored_exceptions=[StaleElementReferenceException]
-    ).until(condition)
-
-
-def sign_in(driver: Any, server: Server, key: str) -> None:
-    driver.delete_all_cookies()
-    driver.get(f"{server.url}/console/login")
-    driver.find_element(By.NAME, "token").send_keys(key)
-    driver.find_element(By.CSS_SELECTOR, "#login button").click()
-    wait(driver, lambda d: "/console/topics" in d.current_url)
-
-
-def shoot(driver: Any, name: str) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    height = driver.execute_script("return document.body.scrollHeight")
-    driver.set_window_size(1360, max(700, min(int(height) + 40, 2400)))
-    driver.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
-    driver.set_window_size(1360, 900)
+DEAD_LETTER_ATTEMPTS = 5
 
 
 @pytest.fixture(scope="module")
@@ -240,13 +216,7 @@ def test_actions_work_and_are_refused_for_a_viewer(
     assert browser.find_elements(By.ID, "no-actions")
     assert not browser.find_elements(By.ID, "truncate")
     # Posting the form anyway, from the console's own origin with the viewer's cookie.
-    status = browser.execute_async_script(
-        "const done = arguments[arguments.length - 1];"
-        "fetch(arguments[0], {method: 'POST', credentials: 'same-origin'})"
-        ".then(r => done(r.status));",
-        f"{sub}/truncate",
-    )
-    assert status == 403
+    assert posted_status(browser, f"{sub}/truncate") == 403
     browser.get(f"{url}/console/topics/demo/audit/messages")
     assert browser.find_element(By.ID, "error").text.startswith("User not authorized")
 
@@ -286,3 +256,167 @@ def test_signed_out_pages_ask_for_a_key(console_server: Server) -> None:
         viewer = httpx.Client(base_url=console_server.url, headers=as_key("viewer"), timeout=30)
         with viewer:
             assert viewer.get("/console/topics").status_code == 200
+
+
+def _drain(admin: httpx.Client, sub: str) -> list[bytes]:
+    """Pull and acknowledge until ``sub`` delivers nothing; the data delivered."""
+    data: list[bytes] = []
+    while True:
+        got = ok(admin.post(f"{P}/subscriptions/{sub}:pull", json={"maxMessages": 100}))
+        received = got.get("receivedMessages", [])
+        if not received:
+            return data
+        ok(admin.post(f"{P}/subscriptions/{sub}:acknowledge",
+                      json={"ackIds": [r["ackId"] for r in received]}))  # fmt: skip
+        data += [base64.b64decode(r["message"].get("data", "")) for r in received]
+
+
+def test_snapshots_are_listed_created_and_sought_to(
+    browser: Any, console_server: Server, admin: httpx.Client, demo: threading.Event
+) -> None:
+    url = console_server.url
+    sub = f"{url}/console/subscriptions/demo/audit-sub"
+    sign_in(browser, console_server, "viewer-key")
+    browser.get(sub)
+    assert not browser.find_elements(By.ID, "create-snapshot")
+    assert posted_status(browser, f"{sub}/snapshot", "snapshot=by-viewer") == 403
+    assert posted_status(browser, f"{sub}/seek-snapshot", "snapshot=x") == 403
+
+    _drain(admin, "audit-sub")
+    sign_in(browser, console_server, "admin-key")
+    browser.get(sub)
+    assert browser.find_elements(By.ID, "no-snapshots")
+    browser.find_element(By.CSS_SELECTOR, "#create-snapshot input[name=snapshot]").send_keys(
+        "audit-before"
+    )
+    browser.find_element(By.CSS_SELECTOR, "#create-snapshot button").click()
+    assert flash(browser).startswith("Created snapshot projects/demo/snapshots/audit-before")
+
+    browser.get(f"{url}/console/snapshots")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#snapshots tr")
+    assert len(rows) == 2  # header + audit-before
+    assert "projects/demo/topics/audit" in rows[1].text and "demo/audit-sub" in rows[1].text
+    assert "expired" not in rows[1].text
+    shoot(browser, "snapshots")
+    browser.find_element(By.ID, "q").send_keys("clicks\n")
+    wait(browser, lambda d: "q=clicks" in d.current_url)
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#snapshots tr")) == 1
+    browser.get(f"{url}/console/snapshots?q=topics/audit")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#snapshots tr")) == 2
+
+    # A message published and acknowledged since is delivered again after seeking back.
+    ok(admin.post(f"{P}/topics/audit:publish", json={"messages": [{"data": b64("later")}]}))
+    deadline = time.monotonic() + WAIT_S
+    while b"later" not in _drain(admin, "audit-sub"):
+        assert time.monotonic() < deadline
+    browser.get(sub)
+    browser.find_element(By.CSS_SELECTOR, "#seek-snapshot button").click()
+    assert flash(browser) == "Sought to snapshot projects/demo/snapshots/audit-before."
+    # (With what was still leased, unacknowledged, when the snapshot was taken.)
+    assert b"later" in _drain(admin, "audit-sub")
+
+
+def _exhaust(admin: httpx.Client, sub: str, count: int) -> None:
+    """Nack what ``sub`` delivers until ``count`` messages were dead-lettered."""
+    deadline = time.monotonic() + WAIT_S
+    delivered: dict[str, int] = {}
+    while True:
+        assert time.monotonic() < deadline, delivered
+        got = ok(admin.post(f"{P}/subscriptions/{sub}:pull", json={"maxMessages": 10}))
+        received = got.get("receivedMessages", [])
+        for r in received:
+            delivered[r["message"]["messageId"]] = r["deliveryAttempt"]
+        if received:
+            ids = [r["ackId"] for r in received]
+            ok(admin.post(f"{P}/subscriptions/{sub}:modifyAckDeadline",
+                          json={"ackIds": ids, "ackDeadlineSeconds": 0}))  # fmt: skip
+        elif len(delivered) >= count and min(delivered.values()) >= DEAD_LETTER_ATTEMPTS:
+            return  # delivered that often, then not again: dead-lettered
+
+
+def test_dead_letters_are_replayed_to_the_topic_and_refused_for_a_viewer(
+    browser: Any, console_server: Server, admin: httpx.Client, demo: threading.Event
+) -> None:
+    ok(admin.put(f"{P}/topics/orders"))
+    ok(admin.put(f"{P}/topics/orders-dead"))
+    policy = {
+        "deadLetterTopic": "projects/demo/topics/orders-dead",
+        "maxDeliveryAttempts": DEAD_LETTER_ATTEMPTS,
+    }
+    body = {"topic": "projects/demo/topics/orders", "deadLetterPolicy": policy}
+    ok(admin.put(f"{P}/subscriptions/orders-sub", json=body))
+    ok(admin.put(f"{P}/subscriptions/orders-dead-sub",
+                 json={"topic": "projects/demo/topics/orders-dead"}))  # fmt: skip
+    messages = [
+        {"data": b64("order 1"), "attributes": {"n": "1"}, "orderingKey": "customer-9"},
+        {"data": b64("order 2"), "attributes": {"n": "2"}, "orderingKey": "customer-9"},
+    ]
+    ok(admin.post(f"{P}/topics/orders:publish", json={"messages": messages}))
+    _exhaust(admin, "orders-sub", 2)
+
+    url = console_server.url
+    sub = f"{url}/console/subscriptions/demo/orders-sub"
+    sign_in(browser, console_server, "viewer-key")
+    browser.get(sub)
+    assert not browser.find_elements(By.ID, "replay")
+    source = "projects/demo/subscriptions/orders-dead-sub"
+    assert posted_status(browser, f"{sub}/replay", f"source={source}") == 403
+
+    sign_in(browser, console_server, "admin-key")
+    deadline = time.monotonic() + WAIT_S
+    while True:  # the dead-letter subscription's dispatcher may not have read them yet
+        browser.get(sub)
+        options = browser.find_element(By.CSS_SELECTOR, "#replay select").text
+        assert "orders-dead-sub" in options
+        browser.find_element(By.CSS_SELECTOR, "#replay button").click()
+        said = flash(browser)
+        if not said.startswith("Nothing replayed") or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert said.startswith("Replayed 2 dead-lettered messages from " + source), said
+    shoot(browser, "replay")
+
+    got = ok(admin.post(f"{P}/subscriptions/orders-sub:pull", json={"maxMessages": 10}))
+    replayed = sorted(got["receivedMessages"], key=lambda r: r["message"]["attributes"]["n"])
+    assert [base64.b64decode(r["message"]["data"]) for r in replayed] == [b"order 1", b"order 2"]
+    for r in replayed:
+        attributes = r["message"]["attributes"]
+        assert attributes["lakepubsub.replayed_from"].startswith(
+            "projects/demo/topics/orders-dead@"
+        )
+        assert not [k for k in attributes if k.startswith("CloudPubSubDeadLetter")]
+        assert r["message"]["orderingKey"] == "customer-9"
+    # Acknowledged in the dead-letter subscription: a second replay finds nothing.
+    browser.get(sub)
+    browser.find_element(By.CSS_SELECTOR, "#replay button").click()
+    assert flash(browser).startswith("Nothing replayed")
+
+
+def test_the_lake_page_shows_compactions_and_the_jobs_last_runs(
+    browser: Any, console_server: Server, demo: threading.Event
+) -> None:
+    from jobs import compact, gc
+    from jobs.common import JobContext
+
+    with JobContext(console_server.lake.settings()) as ctx:
+        ran = compact.run(ctx, compact.CompactOptions(min_small_files=2, vacuum=False))
+        gc.run(ctx)
+    compacted = [t for t in ran.tables if t.kind == "messages" and t.files_removed]
+    assert any(t.name == "projects/demo/topics/clicks" for t in compacted), ran.tables
+
+    sign_in(browser, console_server, "admin-key")
+    browser.get(f"{console_server.url}/console/lake")
+
+    def clicks_row(d: Any) -> str:
+        rows = d.find_elements(By.CSS_SELECTOR, "#tables tr")
+        text: str = next((r.text for r in rows if "topic demo/clicks" in r.text), "")
+        return text
+
+    wait(browser, lambda d: " files into 1, " in clicks_row(d))
+    wait(browser, lambda d: "gc no run recorded" not in d.find_element(By.ID, "jobs").text)
+    jobs = browser.find_element(By.ID, "jobs").text
+    assert "compacted" in jobs and "subscriptions deleted 0" in jobs
+    assert "topic projects/demo/topics/clicks" in jobs
+    assert "truncate no run recorded" in jobs
+    assert browser.find_element(By.ID, "s3").text == "A local lake: there are no S3 requests."
+    shoot(browser, "lake")

@@ -11,10 +11,9 @@ from dataclasses import dataclass
 import httpx
 import psutil
 import pytest
-from consolekit import as_key, key_config
+from consolekit import P, as_key, key_config
 from support import LakeSpec, Server, start_server, stop_server
 
-P = "/v1/projects/demo"
 TOPICS = 100
 # Page loads measured per page.
 LOADS = 5
@@ -29,6 +28,7 @@ PAGES = (
     "/console/topics/demo/t042",
     "/console/subscriptions/demo/s042",
     "/console/topics/demo/t042/messages",
+    "/console/snapshots",
     "/console/schemas",
     "/console/lake",
 )
