@@ -66,9 +66,9 @@ import orjson
 
 from bench import scratch
 from bench import workload as w
-from bench.ports import free_port
 from bench.procstats import ProcessMeter, ProcessUsage
 from bench.s3.proxy import S3Proxy
+from harness.ports import free_port
 from lakepubsub import constants
 
 SYSTEM = "lakepubsub"

@@ -54,7 +54,7 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import DataFrame, SparkSession
 
-from bench.ports import free_port, wait_for_port
+from harness.ports import free_port, wait_for_port
 from lakepubsub.schemas import MESSAGES
 from lakepubsub.spark import local_session
 from lakepubsub.spark.tables import configure_storage, spark_path

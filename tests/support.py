@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from bench.ports import free_port, wait_for_port
+from harness.ports import free_port, wait_for_port
 from lakepubsub import Settings, constants
 
 S3_CREDENTIALS = {

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.ports import free_port, wait_for_port
+from harness.ports import free_port, wait_for_port
 from lakepubsub import constants
 
 REPO = Path(__file__).resolve().parents[2]

@@ -36,7 +36,7 @@ from urllib.parse import parse_qs
 
 import httpx
 
-from bench.ports import free_port
+from harness.ports import free_port
 
 KINDS = ("put", "post", "list", "get", "head", "delete")
 # Billed as PUT (S3 Standard: $0.005 per 1,000) and as GET ($0.0004 per 1,000);
