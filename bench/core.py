@@ -18,8 +18,6 @@ import argparse
 import os
 import platform
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -29,6 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.moto_server import MotoServer
 from lakepubsub import (
     Engine,
     PublishMessage,
@@ -80,46 +79,8 @@ def run_threads(n: int, target: Callable[[int], None]) -> float:
 
 @contextmanager
 def moto_lake() -> Iterator[tuple[str, dict[str, str]]]:
-    import socket
-
-    import boto3
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        endpoint = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-        creds = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
-        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", **creds).create_bucket(
-            Bucket="bench"
-        )
-        yield (
-            f"s3://bench/{uuid.uuid4().hex}",
-            {
-                "AWS_ENDPOINT_URL": endpoint,
-                "AWS_ACCESS_KEY_ID": "testing",
-                "AWS_SECRET_ACCESS_KEY": "testing",
-                "AWS_REGION": "us-east-1",
-                "AWS_ALLOW_HTTP": "true",
-            },
-        )
-    finally:
-        proc.terminate()
-        proc.wait()
+    with MotoServer("bench") as moto:
+        yield f"s3://{moto.bucket}/{uuid.uuid4().hex}", moto.storage_options
 
 
 def bench_publish(engine: Engine, sizes: Sizes, data: list[bytes]) -> dict[str, float]:

@@ -68,7 +68,8 @@ from bench import scratch
 from bench import workload as w
 from bench.procstats import ProcessMeter, ProcessUsage
 from bench.s3.proxy import S3Proxy
-from harness.ports import free_port
+from harness.moto_server import MotoServer
+from harness.processes import stop
 from lakepubsub import constants
 
 SYSTEM = "lakepubsub"
@@ -109,12 +110,6 @@ REQUESTS_PER_MILLION = "requests/1M msgs"
 # billed as PUT, "delete" is free.
 S3_KINDS = ("put", "post", "list", "get", "head", "delete")
 BUCKET = "lakepubsub-bench"
-S3_CREDENTIALS = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_REGION": "us-east-1",
-    "AWS_ALLOW_HTTP": "true",
-}
 
 _JSON = {"content-type": "application/json"}
 _SENT_KEY = SENT_NS_ATTRIBUTE.encode()
@@ -136,57 +131,12 @@ class BenchError(RuntimeError):
 # --- storage: moto S3 with a request count ------------------------------------
 
 
-class MotoS3:
+class MotoS3(MotoServer):
     """A moto S3 server subprocess with one bucket; counts requests from its log."""
 
     def __init__(self, directory: Path) -> None:
         self.log_path = directory / "moto.log"
-        self.endpoint = ""
-        self._process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def storage_options(self) -> dict[str, str]:
-        return {"AWS_ENDPOINT_URL": self.endpoint, **S3_CREDENTIALS}
-
-    @property
-    def pid(self) -> int:
-        assert self._process is not None, "moto is not running"
-        return self._process.pid
-
-    def __enter__(self) -> MotoS3:
-        import boto3
-
-        port = free_port()
-        with self.log_path.open("wb") as log:
-            self._process = subprocess.Popen(
-                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        self.endpoint = f"http://127.0.0.1:{port}"
-        try:
-            _wait_healthy(self._process, f"{self.endpoint}/", self.log_path, any_status=True)
-            boto3.client(
-                "s3",
-                endpoint_url=self.endpoint,
-                aws_access_key_id=S3_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-                aws_secret_access_key=S3_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-                region_name=S3_CREDENTIALS["AWS_REGION"],
-            ).create_bucket(Bucket=BUCKET)
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._process is not None:
-            _stop(self._process)
-            self._process = None
+        super().__init__(BUCKET, log=self.log_path)
 
     def log_offset(self) -> int:
         return self.log_path.stat().st_size
@@ -320,7 +270,7 @@ class LakePubSubServer:
         tb: TracebackType | None,
     ) -> None:
         if self._process is not None:
-            _stop(self._process)
+            stop(self._process, SERVER_STOP_TIMEOUT_S)
             self._process = None
         if self.proxy is not None:
             self.proxy.__exit__(None, None, None)
@@ -384,25 +334,14 @@ def _wait_listening(process: subprocess.Popen[bytes], log_path: Path) -> int:
     raise BenchError(f"lakepubsub did not start:\n{log_path.read_text(errors='replace')}")
 
 
-def _wait_healthy(
-    process: subprocess.Popen[bytes], url: str, log_path: Path, *, any_status: bool = False
-) -> None:
+def _wait_healthy(process: subprocess.Popen[bytes], url: str, log_path: Path) -> None:
     deadline = time.monotonic() + SERVER_START_TIMEOUT_S
     while time.monotonic() < deadline and process.poll() is None:
         with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=1.0).status_code == 200 or any_status:
+            if httpx.get(url, timeout=1.0).status_code == 200:
                 return
         time.sleep(0.05)
     raise BenchError(f"{url} did not answer:\n{log_path.read_text(errors='replace')}")
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=SERVER_STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 # --- client processes ---------------------------------------------------------

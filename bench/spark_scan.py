@@ -42,11 +42,10 @@ import pty
 import re
 import select
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,7 +53,7 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import DataFrame, SparkSession
 
-from harness.ports import free_port, wait_for_port
+from harness.moto_server import MotoServer
 from lakepubsub.schemas import MESSAGES
 from lakepubsub.spark import local_session
 from lakepubsub.spark.tables import configure_storage, spark_path
@@ -78,12 +77,6 @@ QUERIES = {
 # Queries whose every row would flood the driver: run into the noop sink, answer checked by count.
 NOOP_QUERIES = {"full scan"}
 S3_BUCKET = "lakepubsub-bench"
-S3_CREDENTIALS = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_REGION": "us-east-1",
-    "AWS_ALLOW_HTTP": "true",
-}
 
 
 @dataclass(frozen=True)
@@ -154,33 +147,6 @@ def build_table(
     DeltaTable(path, storage_options=storage_options).create_checkpoint()
 
 
-@contextlib.contextmanager
-def moto_s3() -> Iterator[dict[str, str]]:
-    """A moto S3 server subprocess with the bench bucket; yields delta-rs storage options."""
-    import boto3
-
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for_port(port, process=proc)
-        options = {**S3_CREDENTIALS, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
-        boto3.client(
-            "s3",
-            endpoint_url=options["AWS_ENDPOINT_URL"],
-            aws_access_key_id=options["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=options["AWS_SECRET_ACCESS_KEY"],
-            region_name=options["AWS_REGION"],
-        ).create_bucket(Bucket=S3_BUCKET)
-        yield options
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
 def action(spark: SparkSession, query: str, text: str) -> Callable[[], object]:
     """Run ``text`` to its end: collected, or into the noop sink for the full scan."""
     if query in NOOP_QUERIES:
@@ -245,7 +211,7 @@ def run(rows: int, files: int, runs: int, quick: bool, s3: bool) -> str:
     lines = []
     with contextlib.ExitStack() as stack:
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="spark-scan-"))
-        storage = stack.enter_context(moto_s3()) if s3 else None
+        storage = stack.enter_context(MotoServer(S3_BUCKET)).storage_options if s3 else None
         uri = f"s3://{S3_BUCKET}/messages" if s3 else os.path.join(tmp, "messages")
         start = time.perf_counter()
         build_table(uri, rows, files, storage)

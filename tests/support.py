@@ -9,15 +9,9 @@ from dataclasses import dataclass
 
 import httpx
 
+from harness.moto_server import MotoServer  # noqa: F401 (the type of the moto_server fixture)
 from harness.ports import free_port, wait_for_port
 from lakepubsub import Settings, constants
-
-S3_CREDENTIALS = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_REGION": "us-east-1",
-    "AWS_ALLOW_HTTP": "true",
-}
 
 
 class Clock:
@@ -28,19 +22,6 @@ class Clock:
 
     def __call__(self) -> int:
         return self.now_us
-
-
-@dataclass(frozen=True)
-class MotoServer:
-    endpoint: str
-    bucket: str
-
-    @property
-    def storage_options(self) -> dict[str, str]:
-        return {"AWS_ENDPOINT_URL": self.endpoint, **S3_CREDENTIALS}
-
-    def env(self) -> dict[str, str]:
-        return self.storage_options
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,8 @@ from urllib.parse import urlparse
 
 import httpx
 
-from bench.chaos.servers import REPO, free_port, wait_for_port
+from bench.chaos.servers import REPO
+from harness.ports import free_port, wait_for_port
 
 _ERROR_CODES = {500: "InternalError", 503: "SlowDown"}
 _FAULT_KINDS = ("error", "error_after", "drop", "drop_after")

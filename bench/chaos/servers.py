@@ -16,16 +16,11 @@ from pathlib import Path
 
 import httpx
 
-from harness.ports import free_port, wait_for_port
+from harness.moto_server import S3_CREDENTIALS, MotoServer
+from harness.ports import free_port
 from lakepubsub import constants
 
 REPO = Path(__file__).resolve().parents[2]
-S3_CREDENTIALS = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_REGION": "us-east-1",
-    "AWS_ALLOW_HTTP": "true",
-}
 BUCKET = "lakepubsub-chaos"
 # How long a server may take to start serving (imports pyarrow, deltalake, FastAPI).
 START_TIMEOUT_S = 60.0
@@ -60,28 +55,8 @@ def local_lake() -> Iterator[Lake]:
 @contextlib.contextmanager
 def moto_server() -> Iterator[str]:
     """A moto S3 server subprocess with the chaos bucket; yields its endpoint URL."""
-    import boto3
-
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for_port(port, process=proc)
-        endpoint = f"http://127.0.0.1:{port}"
-        boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            aws_access_key_id=S3_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=S3_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-            region_name=S3_CREDENTIALS["AWS_REGION"],
-        ).create_bucket(Bucket=BUCKET)
-        yield endpoint
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with MotoServer(BUCKET) as moto:
+        yield moto.endpoint
 
 
 def s3_lake(endpoint: str) -> Lake:

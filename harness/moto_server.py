@@ -1,0 +1,83 @@
+"""The one moto S3 server launcher: ``python -m moto.server`` on 127.0.0.1."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from harness.ports import free_port, wait_for_port
+from harness.processes import stop
+
+# moto accepts any keys; delta-rs needs AWS_ALLOW_HTTP for its plain-HTTP endpoint.
+S3_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_REGION": "us-east-1",
+    "AWS_ALLOW_HTTP": "true",
+}
+# moto stops at once on SIGTERM; this only bounds a stuck one before SIGKILL.
+STOP_TIMEOUT_S = 10.0
+
+
+class MotoServer:
+    """A moto S3 server subprocess on a free port of 127.0.0.1 with ``bucket``
+    created, from entering the ``with`` block to leaving it.
+
+    In its own process, never in-process: ``DeltaTable.history()`` deadlocks
+    against moto's threaded server. Its output (a line per request) goes to
+    ``log`` when given, else nowhere.
+    """
+
+    def __init__(self, bucket: str, *, log: Path | None = None) -> None:
+        self.bucket = bucket
+        self.log = log
+        self.endpoint = ""
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def storage_options(self) -> dict[str, str]:
+        """How delta-rs (and ``LakeSpec``) reach the bucket."""
+        return {"AWS_ENDPOINT_URL": self.endpoint, **S3_CREDENTIALS}
+
+    def env(self) -> dict[str, str]:
+        return self.storage_options
+
+    @property
+    def pid(self) -> int:
+        assert self._process is not None, "moto is not running"
+        return self._process.pid
+
+    def __enter__(self) -> MotoServer:
+        import boto3
+
+        port = free_port()
+        command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+        if self.log is None:
+            self._process = subprocess.Popen(
+                command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+        else:
+            with self.log.open("wb") as out:
+                self._process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        self.endpoint = f"http://127.0.0.1:{port}"
+        try:
+            wait_for_port(port, process=self._process)
+            boto3.client(
+                "s3",
+                endpoint_url=self.endpoint,
+                aws_access_key_id=S3_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                aws_secret_access_key=S3_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+                region_name=S3_CREDENTIALS["AWS_REGION"],
+            ).create_bucket(Bucket=self.bucket)
+        except BaseException as exc:
+            self.__exit__()
+            if self.log is not None:
+                exc.add_note(f"moto's log:\n{self.log.read_text(errors='replace')}")
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._process is not None:
+            stop(self._process, STOP_TIMEOUT_S)
+            self._process = None
