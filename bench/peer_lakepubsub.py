@@ -67,9 +67,9 @@ import orjson
 from bench import scratch
 from bench import workload as w
 from bench.procstats import ProcessMeter, ProcessUsage
-from bench.s3.proxy import S3Proxy
 from harness.moto_server import MotoServer
 from harness.processes import stop
+from harness.s3_proxy import S3Proxy
 from lakepubsub import constants
 
 SYSTEM = "lakepubsub"
@@ -191,7 +191,7 @@ class LakePubSubServer:
         self.grpc = grpc
         self.system = SYSTEM_S3 if self.s3 else SYSTEM
         # With ``s3``: the server reaches moto through a counting, delaying proxy
-        # (bench/s3/proxy.py) with this latency profile.
+        # (harness/s3_proxy.py) with this latency profile.
         self._proxy_profile = proxy
         self.proxy: S3Proxy | None = None
         self._env = env or {}
