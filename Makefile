@@ -73,12 +73,12 @@ bench-quick: install
 	$(BIN)/python -m bench.floors --quick --out bench/results/tmp
 	$(BIN)/python -m bench.s3 --quick --cases idle,load --out bench/results/tmp
 
-# Fault injection: crash, storage faults, concurrency, fuzz (bench/chaos).
+# Fault injection: crash, storage faults, concurrency, fuzz (tests/chaos).
 chaos: install
-	$(BIN)/python -m bench.chaos
+	$(BIN)/python -m tests.chaos
 
 chaos-quick: install
-	$(BIN)/python -m bench.chaos --quick
+	$(BIN)/python -m tests.chaos --quick
 
 deploy-check:
 	terraform/check.sh

@@ -5,7 +5,7 @@ status codes, matches the document. Most cases have their path parameters
 pinned to an existing project, topic and subscription so that the bodies reach
 the engine instead of failing name validation. ``LAKEPUBSUB_FUZZ_EXAMPLES``
 sets the examples per operation (``make chaos`` runs the 1,000+ request form
-through ``python -m bench.chaos --scenario fuzz``).
+through ``python -m tests.chaos --scenario fuzz``).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""The short form of ``python -m bench.chaos``: each scenario's invariants, in CI.
+"""The short form of ``python -m tests.chaos``: each scenario's invariants, in CI.
 
-Each scenario runs in its own process (``python -m bench.chaos --quick``) and
+Each scenario runs in its own process (``python -m tests.chaos --quick``) and
 reports its checks as JSON. A check may fail only because of an open bug
-listed in ``bench.chaos.known`` (and pinned by a strict xfail in
-test_known_bugs.py); any other failure fails the test.
+listed in ``tests.chaos.known`` (and pinned by a strict xfail in
+test_repros.py); any other failure fails the test.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from bench.chaos.servers import REPO
+from tests.chaos.servers import REPO
 
 # A quick scenario takes 20-70 s on 2 busy cores; this only catches a hang.
 SCENARIO_TIMEOUT_S = 600
@@ -26,7 +26,7 @@ INVARIANTS = ("lost", "duplicated_after_ack", "acked_twice", "live_lease_overlap
 def run_scenario(name: str, tmp_path: Path) -> dict[str, Any]:
     out = tmp_path / f"{name}.json"
     completed = subprocess.run(
-        [sys.executable, "-m", "bench.chaos", "--quick", "--scenario", name, "--json", str(out)],
+        [sys.executable, "-m", "tests.chaos", "--quick", "--scenario", name, "--json", str(out)],
         cwd=REPO,
         capture_output=True,
         text=True,

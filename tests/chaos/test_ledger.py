@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from bench.chaos.known import KnownBug, explain
-from bench.chaos.ledger import Delivery, LeaseChange, Ledger
+from tests.chaos.known import KnownBug, explain
+from tests.chaos.ledger import Delivery, LeaseChange, Ledger
 
 PLAIN, ONCE = "plain", "once"
 

@@ -1,7 +1,7 @@
 """Service bugs the chaos runs found, each pinned by its deterministic reproduction.
 
 A bug that is found and not yet fixed gets a strict xfail here and an entry in
-``bench.chaos.known``; a fixed one keeps its repro as a regression test.
+``tests.chaos.known``; a fixed one keeps its repro as a regression test.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.chaos.servers import REPO
+from tests.chaos.servers import REPO
 
 REPRO_TIMEOUT_S = 300
 Repros = dict[str, dict[str, object]]
@@ -25,7 +25,7 @@ def repros(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[
     """Every repro, run once in one process: moto, the fault proxy and one API server."""
     out = tmp_path_factory.mktemp("repro") / "repro.json"
     subprocess.run(
-        [sys.executable, "-m", "bench.chaos.repro", "--json", str(out)],
+        [sys.executable, "-m", "tests.chaos.repro", "--json", str(out)],
         cwd=REPO,
         capture_output=True,
         timeout=REPRO_TIMEOUT_S,

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from bench.chaos.ledger import Delivery, LeaseChange, Ledger
+from tests.chaos.ledger import Delivery, LeaseChange, Ledger
 
 PROJECT = "chaos"
 # A request that takes longer than this counts as a hang.

@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 
 import httpx
 
-from bench.chaos.workload import PROJECT
+from tests.chaos.workload import PROJECT
 
 KEYS = ["a", "b", "k-1", "x_y", "iana.org/lang", "é", "a b", "AND", 'q"t']
 VALUES = ["", "v", "vv", "v w", "é", 'q"', "\\", "\n", "AND"]

@@ -17,10 +17,10 @@ from typing import Any
 
 import httpx
 
-from bench.chaos import fuzz_inputs
-from bench.chaos.servers import ApiServer, local_lake
-from bench.chaos.verify import Result
-from bench.chaos.workload import PROJECT
+from tests.chaos import fuzz_inputs
+from tests.chaos.servers import ApiServer, local_lake
+from tests.chaos.verify import Result
+from tests.chaos.workload import PROJECT
 
 PINNED = {"project": PROJECT, "topic": "fuzz-topic", "subscription": "fuzz-sub"}
 # Share of generated cases whose path parameters are replaced by PINNED ones.

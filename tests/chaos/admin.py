@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from bench.chaos.proxy import Faults, ProxyProcess
-from bench.chaos.workload import PROJECT
+from tests.chaos.proxy import Faults, ProxyProcess
+from tests.chaos.workload import PROJECT
 
 # Commit-targeted faults, mostly the ambiguous kind (the write lands, the answer is lost).
 ADMIN_COMMIT_FAULTS = Faults(error=0.1, error_after=0.3, drop_after=0.2)

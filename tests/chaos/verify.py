@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bench.chaos.known import explain
-from bench.chaos.servers import Lake
-from bench.chaos.workload import PROJECT
 from lakepubsub import Engine, Settings, SubscriptionName, TopicName
 from lakepubsub.topic_table import MessagesTable
+from tests.chaos.known import explain
+from tests.chaos.servers import Lake
+from tests.chaos.workload import PROJECT
 
 
 class LakeView:

@@ -1,6 +1,6 @@
 """A fault-injecting HTTP/1.1 proxy for the S3 endpoint (moto) the service talks to.
 
-    python -m bench.chaos.proxy --upstream http://127.0.0.1:5000 --port 5001 \
+    python -m tests.chaos.proxy --upstream http://127.0.0.1:5000 --port 5001 \
         --error 0.05 --delay 0.05 --drop 0.02 --commit-error-after 0.2
 
 The service's ``AWS_ENDPOINT_URL`` points here; every request is forwarded to
@@ -41,8 +41,8 @@ from urllib.parse import urlparse
 
 import httpx
 
-from bench.chaos.servers import REPO
 from harness.ports import free_port, wait_for_port
+from tests.chaos.servers import REPO
 
 _ERROR_CODES = {500: "InternalError", 503: "SlowDown"}
 _FAULT_KINDS = ("error", "error_after", "drop", "drop_after")
@@ -220,7 +220,7 @@ async def _send_error(writer: asyncio.StreamWriter, status: int) -> None:
     code = _ERROR_CODES[status]
     body = (
         '<?xml version="1.0" encoding="UTF-8"?>\n'
-        f"<Error><Code>{code}</Code><Message>injected by bench.chaos.proxy</Message>"
+        f"<Error><Code>{code}</Code><Message>injected by tests.chaos.proxy</Message>"
         "<RequestId>chaos</RequestId></Error>"
     ).encode()
     reason = "Internal Server Error" if status == 500 else "Service Unavailable"
@@ -307,7 +307,7 @@ class ProxyProcess:
         if seed is not None:
             args += ["--seed", str(seed)]
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "bench.chaos.proxy", *args], cwd=REPO
+            [sys.executable, "-m", "tests.chaos.proxy", *args], cwd=REPO
         )
         wait_for_port(self.control_port)
 

@@ -17,11 +17,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.chaos import admin
-from bench.chaos import workload as w
-from bench.chaos.ledger import Ledger
-from bench.chaos.proxy import Faults, ProxyProcess
-from bench.chaos.servers import (
+from tests.chaos import admin
+from tests.chaos import workload as w
+from tests.chaos.ledger import Ledger
+from tests.chaos.proxy import Faults, ProxyProcess
+from tests.chaos.servers import (
     ApiServer,
     Lake,
     local_lake,
@@ -29,7 +29,7 @@ from bench.chaos.servers import (
     s3_lake,
     unhandled_errors,
 )
-from bench.chaos.verify import LakeView, Result
+from tests.chaos.verify import LakeView, Result
 
 TOPIC = "chaos-topic"
 # Both subscription kinds, with the shortest ack deadline Pub/Sub allows.

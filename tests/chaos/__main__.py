@@ -1,4 +1,4 @@
-"""Fault injection: ``python -m bench.chaos [--quick] [--scenario NAME] [--s3] [--json PATH]``.
+"""Fault injection: ``python -m tests.chaos [--quick] [--scenario NAME] [--s3] [--json PATH]``.
 
 Scenarios (all by default): crash, storage, concurrency, fuzz. Each prints its
 checks, its invariant counts and a summary line ``N passed, N failed``; the run
@@ -15,8 +15,8 @@ import traceback
 from collections.abc import Callable
 from dataclasses import asdict
 
-from bench.chaos import scenarios
-from bench.chaos.verify import Result
+from tests.chaos import scenarios
+from tests.chaos.verify import Result
 
 NAMES = ("crash", "storage", "concurrency", "fuzz")
 INVARIANTS = ("published", "acked", "lost", "duplicated_after_ack")
@@ -41,7 +41,7 @@ def run(name: str, *, quick: bool, s3: bool) -> Result:
 
 
 def _fuzz(quick: bool) -> Result:
-    from bench.chaos.fuzz import run as run_fuzz
+    from tests.chaos.fuzz import run as run_fuzz
 
     return run_fuzz(quick=quick)
 
@@ -71,7 +71,7 @@ def _summary(results: list[Result]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tests.chaos", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="the short CI form")
     parser.add_argument("--scenario", choices=NAMES, action="append", help="repeatable")
     parser.add_argument("--s3", action="store_true", help="crash/concurrency on moto S3")

@@ -1,6 +1,6 @@
 """Minimal, deterministic reproductions of the bugs the chaos runs found.
 
-    python -m bench.chaos.repro [--json PATH]
+    python -m tests.chaos.repro [--json PATH]
 
 Each repro states what a correct service does and reports what it observed;
 the exit status is 1 while any of them fails. The storage repros script the
@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass
 
 import httpx
 
-from bench.chaos.proxy import ProxyProcess
-from bench.chaos.servers import ApiServer, moto_server, s3_lake
+from tests.chaos.proxy import ProxyProcess
+from tests.chaos.servers import ApiServer, moto_server, s3_lake
 
 PROJECT = "repro"
 
@@ -137,7 +137,7 @@ def run_all() -> list[Repro]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.chaos.repro", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tests.chaos.repro", description=__doc__)
     parser.add_argument("--json", help="also write the outcomes to this file")
     args = parser.parse_args()
     found = run_all()

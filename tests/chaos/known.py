@@ -3,7 +3,7 @@
 A failed check whose every failure matches one of these is reported as
 failing because of that bug (``known``), so the short CI form can tell an
 open bug from a new one. Each bug has a deterministic reproduction in
-``bench.chaos.repro`` and a strict xfail test in ``tests/chaos/test_repros.py``; when a fix
+``tests.chaos.repro`` and a strict xfail test in ``tests/chaos/test_repros.py``; when a fix
 makes the repro pass, delete the entry here and the xfail there.
 """
 
@@ -21,7 +21,7 @@ class KnownBug:
 
 
 # Empty while every bug the runs found is fixed (their repros stay in
-# bench.chaos.repro and tests/chaos/test_repros.py as regression tests).
+# tests.chaos.repro and tests/chaos/test_repros.py as regression tests).
 KNOWN_BUGS: list[KnownBug] = []
 
 
