@@ -123,6 +123,7 @@ def run(ctx: JobContext, options: BatchOptions, transform: Transform | None = No
         transform = load_transform(options.transform)
     watch = Stopwatch()
     engine = ctx.engine
+    ctx.settle_intake()
     name = SubscriptionName.parse(options.subscription)
     sub = engine.get_subscription(name)
     app = app_id(sub.uid)

@@ -108,6 +108,14 @@ class JobContext:
             self._engine = Engine(self.settings)
         return self._engine
 
+    def settle_intake(self) -> None:
+        """Move every topic's messages still in the intake to the topic's own table
+        (docs/architecture.md, "intake"), so a job that reads the tables sees each
+        topic's whole history there."""
+        intake = self.engine.intake
+        if intake is not None:
+            intake.move_all()
+
     @property
     def spark(self) -> SparkSession:
         if self._spark is None:

@@ -153,6 +153,7 @@ def run(ctx: JobContext, options: CompactOptions | None = None) -> CompactReport
     """Compact, vacuum and checkpoint every table of the lake; one result per table."""
     options = options or CompactOptions()
     watch = Stopwatch()
+    ctx.settle_intake()  # what moved is compacted with the rest
     todo = targets(ctx)
     report = CompactReport()
     ctx.progress.begin("compact", len(todo))

@@ -121,6 +121,7 @@ def run(ctx: JobContext, options: TruncateOptions | None = None) -> TruncateRepo
     options = options or TruncateOptions()
     watch = Stopwatch()
     engine = ctx.engine
+    ctx.settle_intake()
     topics = engine.all_topics()
     subs_of: dict[str, list[Subscription]] = defaultdict(list)
     for sub in engine.all_subscriptions():

@@ -154,7 +154,21 @@ S3_FLUSH_MS = 250.0
 # at-least-once allows. A commit is three PUTs on S3 ($0.015 per 1,000): every
 # 5 s, $7.8 a month for a subscription that never rests.
 LOCAL_LEASE_FLUSH_MS = 0.0
-S3_LEASE_FLUSH_MS = 5000.0
+S3_LEASE_FLUSH_MS = 30_000.0
+# The intake (lakepubsub/intake.py): a topic's rows move from the intake to its
+# messages table once the oldest has waited this long, or once they reach
+# INTAKE_MOVE_BYTES. A move is a commit to the topic's table (two PUTs on S3):
+# every 10 minutes, 100 topics cost a third of a PUT a second.
+LOCAL_INTAKE_MOVE_S = 10.0
+S3_INTAKE_MOVE_S = 600.0
+INTAKE_MOVE_BYTES = 8 * 1024 * 1024
+# An intake file leaves the intake this long after its last rows moved, so a
+# reader whose view of a topic's table is older still finds them there; and a
+# process numbering a topic's messages rereads the topic's table when its view
+# is older than INTAKE_HEAD_MAX_AGE_S (well inside the grace).
+INTAKE_REMOVE_GRACE_S = 600.0
+INTAKE_CHECKPOINT_INTERVAL = "100"
+INTAKE_HEAD_MAX_AGE_S = 60.0
 # More deferred lease changes than this are committed at once (memory, and what
 # a crash would redeliver).
 MAX_DEFERRED_LEASE_CHANGES = 100_000

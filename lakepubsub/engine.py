@@ -34,11 +34,12 @@ from lakepubsub.delivery import (
     SeekRequest,
     TruncateRequest,
 )
+from lakepubsub.intake import Intake
 from lakepubsub.labels import validate_labels
 from lakepubsub.messages import PublishMessage, ReceivedMessage, TruncationEvent
 from lakepubsub.names import SnapshotName, SubscriptionName, TopicName, validate_project
 from lakepubsub.paging import page as _page
-from lakepubsub.peers import Member, Peering, Unreachable
+from lakepubsub.peers import MEMBERS, Member, Peering, Unreachable
 from lakepubsub.publisher import TopicPublisher
 from lakepubsub.schema_registry import SchemaRegistry
 from lakepubsub.settings import Settings
@@ -71,6 +72,20 @@ class Engine:
         # lake, and which of them commits for each topic (lakepubsub/peers.py).
         self.peering: Peering | None = None
         self.catalog.on_commit = self._catalog_committed
+        # Publishes of every topic commit together through the intake when the
+        # settings ask for it, or when the lake has one (its rows must stay
+        # visible; a lake keeps its intake once it has one).
+        self.intake: Intake | None = None
+        if self.settings.uses_intake() or self.lake.exists(self.lake.uri("intake")):
+            self.intake = Intake(
+                self.lake,
+                self.settings,
+                owns=lambda uid: self._owner(uid) is None,
+                alive=self._topic_alive,
+                on_moved=self._published,
+                peered=self._peered,
+            )
+            self.intake.start()
 
     def _peered(self) -> bool:
         """Whether this process serves the lake with the others (peering): it is then
@@ -89,12 +104,24 @@ class Engine:
         """A peer committed to a table this process caches (``Peering.tell``)."""
         if what == "catalog":
             self.catalog.invalidate()
+        elif what == MEMBERS:
+            # A topic may have a new owner, which reads the lease tables as stored:
+            # commit the lease changes held in memory now (not when the dispatcher
+            # idles out), so the takeover redelivers as little as it can.
+            with self._lock:
+                dispatchers = list(self._dispatchers.values())
+            for dispatcher in dispatchers:
+                with contextlib.suppress(errors.Unavailable):  # stopping: it commits anyway
+                    dispatcher.submit(FlushRequest())
 
     # -- lookups ---------------------------------------------------------------------------
 
     def _view(self, fresh: bool) -> cat.View:
         staleness = 0.0 if fresh else self.settings.catalog_staleness(self._peered())
         return self.catalog.view(max_staleness_s=staleness)
+
+    def _topic_alive(self, topic_uid: str) -> bool:
+        return any(e.uid == topic_uid for e in self._view(False).of_kind(cat.TOPIC))
 
     def _topic_entry(self, name: TopicName, *, fresh: bool = True) -> cat.Entry:
         entry = self._view(fresh).get(cat.TOPIC, name.project, name.id)
@@ -232,6 +259,7 @@ class Engine:
                     self.settings,
                     on_commit=lambda batch, version: self._published(topic_uid, version),
                     forward=lambda columns: self._forward_publish(topic_uid, columns),
+                    intake=self.intake,
                 )
                 self._publishers[topic_uid] = publisher
             return publisher
@@ -779,6 +807,8 @@ class Engine:
             self._dispatchers.clear()
         for publisher in publishers:
             publisher.close()
+        if self.intake is not None:
+            self.intake.close()
         for dispatcher in dispatchers:
             dispatcher.stop()
         for dispatcher in dispatchers:

@@ -176,6 +176,10 @@ class Owner(Protocol):
     def told(self, what: str) -> None: ...
 
 
+# What ``Owner.told`` hears when the members changed (owners of topics may move).
+MEMBERS = "members"
+
+
 class Peering:
     """This process's membership, its peer server, and its calls to the others."""
 
@@ -343,7 +347,7 @@ class Peering:
             self._failures.pop(gone, None)
         if self.me not in alive:
             alive.append(self.me)
-        self._members = tuple(sorted(alive))
+        self._set_members(tuple(sorted(alive)))
 
     def _announce(self) -> None:
         """Tell the processes already here that this one joined, so they route to it
@@ -378,13 +382,20 @@ class Peering:
         """A process announced itself."""
         member = Member.parse(key)
         if member is not None and self._reachable(member) and member not in self._members:
-            self._members = tuple(sorted((*self._members, member)))
+            self._set_members(tuple(sorted((*self._members, member))))
 
     def left(self, key: str) -> None:
         """A process said goodbye: route nothing more to it."""
         member = Member.parse(key)
         if member is not None and member in self._members:
-            self._members = tuple(m for m in self._members if m != member)
+            self._set_members(tuple(m for m in self._members if m != member))
+
+    def _set_members(self, members: tuple[Member, ...]) -> None:
+        """Route by ``members`` from now on; tell the engine when ownership may move."""
+        changed = members != self._members
+        self._members = members
+        if changed:
+            self._engine.told(MEMBERS)
 
     def _reachable(self, member: Member) -> bool:
         """A loopback address means the same machine only."""

@@ -20,12 +20,13 @@ from dataclasses import dataclass
 import pyarrow as pa
 from deltalake.exceptions import CommitFailedError
 
-from lakepubsub import constants, errors, metrics, retry, schemas
+from lakepubsub import constants, errors, metrics, retry
 from lakepubsub._lake import Lake
 from lakepubsub.batches import Batch, combined
+from lakepubsub.intake import Intake
 from lakepubsub.peers import Unreachable
 from lakepubsub.settings import Settings
-from lakepubsub.topic_table import MessagesTable
+from lakepubsub.topic_table import MessagesTable, numbered
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +73,10 @@ class TopicPublisher:
         settings: Settings,
         on_commit: OnCommit | None = None,
         forward: Forward | None = None,
+        intake: Intake | None = None,
     ) -> None:
         self.topic_uid = topic_uid
+        self._intake = intake
         self._forward = forward
         self._lake = lake
         self._settings = settings
@@ -117,7 +120,8 @@ class TopicPublisher:
 
     def _run(self) -> None:
         idle_since = time.monotonic()
-        flush_s = self._settings.flush_s()
+        # With the intake, its committer keeps the flush window for every topic.
+        flush_s = 0.0 if self._intake is not None else self._settings.flush_s()
         while True:
             with self._cond:
                 while not self._queue or self._handed_over >= self._in_flight_limit():
@@ -172,11 +176,25 @@ class TopicPublisher:
                     return
             self._committing_here = True
             self._committed_at = time.monotonic()
+            if self._intake is not None:
+                # Handed on at once, not waited for: the next group joins the same
+                # intake commit if its window is still open.
+                pending = self._intake.append(self.topic_uid, columns)
+                pending.add_done_callback(lambda done: self._intake_answered(group, columns, done))
+                return
             first = self._append(columns)
         except Exception as exc:  # every caller learns the outcome
             _fail(group, exc)
             return
         self._answer(group, first)
+
+    def _intake_answered(self, group: list[_Request], columns: pa.Table, done: Future[int]) -> None:
+        exc = done.exception()
+        if exc is not None:
+            _fail(group, exc)
+            return
+        self._after_commit(columns, 0)  # the topic's table did not move: read nothing
+        self._answer(group, done.result())
 
     def _in_flight_limit(self) -> int:
         return MAX_HANDED_OVER_SLOW if self._answer_s > SLOW_ANSWER_S else MAX_HANDED_OVER
@@ -217,7 +235,7 @@ class TopicPublisher:
         while True:
             started = time.monotonic()
             head = table.head()
-            batch = _numbered(columns, head)
+            batch = numbered(columns, head)
             self._txn += 1
             try:
                 version = table.append(batch, app_id=self._app_id, txn_version=self._txn)
@@ -249,21 +267,3 @@ def _fail(group: list[_Request], exc: BaseException) -> None:
         log.error("publish commit failed", exc_info=exc)
     for request in group:
         request.future.set_exception(failure)
-
-
-def _numbered(columns: pa.Table, head: int) -> pa.Table:
-    n = columns.num_rows
-    offsets = pa.array(range(head, head + n), pa.int64())
-    now_us = time.time_ns() // 1000
-    return pa.table(
-        {
-            "offset": offsets,
-            "message_id": offsets.cast(pa.string()),
-            "publish_time": pa.array([now_us] * n, schemas.UTC_US),  # ints are microseconds
-            "data": columns["data"],
-            "attributes": columns["attributes"],
-            "ordering_key": columns["ordering_key"],
-            "size": columns["size"],
-        },
-        schema=schemas.MESSAGES,
-    )

@@ -25,6 +25,10 @@ MESSAGES = pa.schema(
     ]
 )
 
+# The intake (lakepubsub/intake.py): messages of every topic, committed together,
+# until they move to their topics' tables.
+INTAKE = pa.schema([pa.field("topic_uid", pa.string(), nullable=False), *MESSAGES])
+
 # Row kinds of a subscription's lease table.
 KIND_CURSOR = 0
 KIND_MESSAGE = 1
@@ -92,4 +96,10 @@ LEASES_PROPERTIES = {
     DELETED_FILE_RETENTION: f"interval {constants.LEASE_FILE_RETENTION_HOURS} hours",
 }
 CATALOG_PROPERTIES = dict(_COMMON)
+# Committed four times a second on S3: a checkpoint every 100 commits, not 10 (each
+# lists every live intake file; a reader replays at most 100 small commits).
+INTAKE_PROPERTIES = {
+    **MESSAGES_PROPERTIES,
+    "delta.checkpointInterval": constants.INTAKE_CHECKPOINT_INTERVAL,
+}
 TRUNCATIONS_PROPERTIES = {**_COMMON, "delta.appendOnly": "true"}

@@ -52,6 +52,12 @@ class Settings:
     # changes at most this often (a crash redelivers what changed since). None: by
     # storage kind (constants.*_LEASE_FLUSH_MS).
     lease_flush_ms: float | None = None
+    # Publishes of every topic this process commits go through the intake table,
+    # one commit per flush window (docs/architecture.md, "intake"). None: on S3.
+    intake: bool | None = None
+    # Intake rows of a topic move to its messages table once the oldest is this
+    # old (or they reach constants.INTAKE_MOVE_BYTES). None: by storage kind.
+    intake_move_s: float | None = None
     commit_attempts: int = constants.COMMIT_ATTEMPTS
     worker_idle_exit_s: float = constants.WORKER_IDLE_EXIT_S
     max_inflight_requests: int = constants.MAX_INFLIGHT_REQUESTS
@@ -92,6 +98,12 @@ class Settings:
             lease_flush_ms=(
                 float(env["LAKEPUBSUB_LEASE_FLUSH_MS"])
                 if env.get("LAKEPUBSUB_LEASE_FLUSH_MS")
+                else None
+            ),
+            intake=_flag(env["LAKEPUBSUB_INTAKE"]) if env.get("LAKEPUBSUB_INTAKE") else None,
+            intake_move_s=(
+                float(env["LAKEPUBSUB_INTAKE_MOVE_S"])
+                if env.get("LAKEPUBSUB_INTAKE_MOVE_S")
                 else None
             ),
             max_inflight_requests=int(
@@ -144,3 +156,24 @@ class Settings:
             s3 = self.on_s3 and peered
             ms = constants.S3_LEASE_FLUSH_MS if s3 else constants.LOCAL_LEASE_FLUSH_MS
         return ms / 1000
+
+    def uses_intake(self) -> bool:
+        """Whether publishes commit through the intake table (None: on S3, where a
+        commit costs requests; a local commit costs about a millisecond)."""
+        return self.on_s3 if self.intake is None else self.intake
+
+    def move_after_s(self) -> float:
+        """How long a topic's rows may stay in the intake before they move."""
+        if self.intake_move_s is not None:
+            return self.intake_move_s
+        return constants.S3_INTAKE_MOVE_S if self.on_s3 else constants.LOCAL_INTAKE_MOVE_S
+
+
+def _flag(value: str) -> bool:
+    """An on/off environment variable: 1/true/yes/on or 0/false/no/off."""
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected on or off, got {value!r}")

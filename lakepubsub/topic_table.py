@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import bisect
 import time
+import weakref
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,11 +29,38 @@ _Mask = Callable[[pa.Table], pa.Array]
 ROW_GROUP_BYTES = 8 * 1024 * 1024
 
 
-class MessagesTable:
-    """One process's handle on one topic's messages table. Not thread-safe."""
+class Overlay(Protocol):
+    """Rows of topics not yet in their tables (``lakepubsub/intake.py``)."""
 
-    def __init__(self, lake: Lake, topic_uid: str) -> None:
+    def next_offset(self, topic_uid: str) -> int: ...
+
+    def read(self, topic_uid: str, lo: int, hi: int) -> pa.Table: ...
+
+    def first_at(self, topic_uid: str, time_us: int, lo: int) -> int | None: ...
+
+    def refresh(self) -> None: ...
+
+
+_overlays: weakref.WeakKeyDictionary[Lake, Overlay] = weakref.WeakKeyDictionary()
+
+
+def attach_overlay(lake: Lake, overlay: Overlay | None) -> None:
+    """Make every ``MessagesTable`` on ``lake`` in this process read ``overlay`` too
+    (None: stop)."""
+    if overlay is None:
+        _overlays.pop(lake, None)
+    else:
+        _overlays[lake] = overlay
+
+
+class MessagesTable:
+    """One process's handle on one topic's messages table, and the topic's rows in
+    the intake when this process runs one (``overlay``). Not thread-safe."""
+
+    def __init__(self, lake: Lake, topic_uid: str, *, overlay: bool = True) -> None:
         self.uri = lake.messages_uri(topic_uid)
+        self.topic_uid = topic_uid
+        self._overlay = _overlays.get(lake) if overlay else None
         self._lake = lake
         self._log = TableLog(lake, self.uri, tracked=_TRACKED)
         # Files sorted by lowest offset, with a running maximum of their highest
@@ -58,12 +87,17 @@ class MessagesTable:
 
     def refresh(self, until: int | None = None) -> bool:
         """Catch up with commits by others (``until``: only up to that version, known
-        to exist); True if the table moved."""
+        to exist); True if the table moved. Without ``until`` (a look), the intake too."""
+        if until is None and self._overlay is not None:
+            self._overlay.refresh()
         return self._log.tail(until)
 
     def head(self) -> int:
-        """One past the highest offset in the loaded version (0 for an empty topic)."""
+        """One past the highest offset in the loaded version and the intake (0 for an
+        empty topic)."""
         self._sync()
+        if self._overlay is not None:
+            return max(self._head, self._overlay.next_offset(self.topic_uid))
         return self._head
 
     def _sync(self) -> None:
@@ -120,9 +154,16 @@ class MessagesTable:
 
     def _read(self, lo: int, hi: int, mask: _Mask | None = None) -> pa.Table:
         paths = self._paths(lo, hi)
-        if not paths:
+        parts = [self._read_files(paths, lo, hi, mask)] if paths else []
+        if self._overlay is not None and hi > self._head:  # the rest is in the intake
+            fresh = self._overlay.read(self.topic_uid, max(lo, self._head), hi)
+            if mask is not None and fresh.num_rows:
+                fresh = fresh.filter(mask(fresh))
+            parts.append(fresh)
+        parts = [p for p in parts if p.num_rows]
+        if not parts:
             return schemas.MESSAGES.empty_table()
-        return _by_offset(self._read_files(paths, lo, hi, mask))
+        return _by_offset(pa.concat_tables(parts) if len(parts) > 1 else parts[0])
 
     def _read_files(
         self,
@@ -169,9 +210,6 @@ class MessagesTable:
         """The first offset published at or after ``time_us`` (the head if none),
         but never below the oldest offset the table still holds."""
         self._sync()
-        if not self._index:
-            return self._head
-        oldest = self._los[0]
         when = pa.scalar(time_us, pa.int64()).cast(schemas.UTC_US)
 
         def published_since(rows: pa.Table) -> pa.Array:
@@ -181,10 +219,14 @@ class MessagesTable:
         for lo, hi, latest_us, _ in self._index:
             if latest_us < time_us:
                 continue
-            rows = self._read(lo, hi + 1, published_since)
+            rows = self._read(lo, min(hi + 1, self._head), published_since)
             if rows.num_rows:
-                return max(oldest, int(pc.min(rows["offset"]).as_py()))
-        return self._head
+                return max(self._los[0], int(pc.min(rows["offset"]).as_py()))
+        if self._overlay is not None:
+            found = self._overlay.first_at(self.topic_uid, time_us, self._head)
+            if found is not None:
+                return found
+        return self.head()
 
     def publish_time_us(self, offset: int) -> int | None:
         """When the message at ``offset`` was published, if the table still holds it."""
@@ -308,6 +350,25 @@ class MessagesTable:
             return log.commit_rebasing(actions, operation=operation, parameters=parameters)
         finally:
             self._sync()
+
+
+def numbered(columns: pa.Table, head: int) -> pa.Table:
+    """Checked publish columns as messages rows, offsets from ``head``, published now."""
+    n = columns.num_rows
+    offsets = pa.array(range(head, head + n), pa.int64())
+    now_us = time.time_ns() // 1000
+    return pa.table(
+        {
+            "offset": offsets,
+            "message_id": offsets.cast(pa.string()),
+            "publish_time": pa.array([now_us] * n, schemas.UTC_US),  # ints are microseconds
+            "data": columns["data"],
+            "attributes": columns["attributes"],
+            "ordering_key": columns["ordering_key"],
+            "size": columns["size"],
+        },
+        schema=schemas.MESSAGES,
+    )
 
 
 def _row_groups(metadata: pq.FileMetaData, lo: int | None, hi: int | None) -> list[int] | None:

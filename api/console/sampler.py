@@ -216,7 +216,9 @@ class Sampler:
             reader = readers.topics.get(entry.uid)
             try:
                 if reader is None:
-                    reader = readers.topics[entry.uid] = TopicReader(lake, entry.uid)
+                    reader = readers.topics[entry.uid] = TopicReader(
+                        lake, entry.uid, self.engine.intake
+                    )
                 reader.refresh()
                 heads[entry.uid] = reader.head()
                 commits = readers.job_commits.get(entry.uid)

@@ -14,12 +14,14 @@ from typing import NamedTuple
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lakepubsub import schemas
 from lakepubsub._lake import Lake, TableLog, storage_errors
 from lakepubsub.leases import LEASED, LeaseState
 from lakepubsub.messages import TruncationEvent
+from lakepubsub.topic_table import Overlay
 
 # Truncations the console keeps per subscription from the truncation log.
 KEEP_TRUNCATIONS = 20
@@ -63,8 +65,10 @@ class TopicReader:
     them. One thread.
     """
 
-    def __init__(self, lake: Lake, topic_uid: str) -> None:
+    def __init__(self, lake: Lake, topic_uid: str, intake: Overlay | None = None) -> None:
         self.log = TableLog(lake, lake.messages_uri(topic_uid), tracked=("offset", "publish_time"))
+        self.topic_uid = topic_uid
+        self._intake = intake  # the topic's newest messages may be there (S3)
         self._files: list[_File] = []  # by lowest offset
         self._los: list[int] = []
         self._indexed = 0
@@ -107,7 +111,9 @@ class TopicReader:
             self._head = max(self._head, f.hi + 1)
 
     def head(self) -> int:
-        """One past the highest offset in the table (0 when empty)."""
+        """One past the highest offset in the table or the intake (0 when empty)."""
+        if self._intake is not None:
+            return max(self._head, self._intake.next_offset(self.topic_uid))
         return self._head
 
     def footprint(self) -> Footprint:
@@ -132,6 +138,8 @@ class TopicReader:
                 total += self._totals[f.path]
             else:
                 total += sum(sizes[first - f.lo : last - f.lo + 1])
+        if self._intake is not None:  # what is past the table's head is in the intake
+            total += self._intake_bytes(lo, hi, [o for o in offsets if o >= self._head])
         for offset in offsets:
             j = bisect.bisect_right(self._los, offset) - 1
             if j < 0 or self._files[j].hi < offset:
@@ -140,6 +148,18 @@ class TopicReader:
             sizes = self._file_sizes(f, reads)
             total += round(self._mean_size(f)) if sizes is None else sizes[offset - f.lo]
         return total
+
+    def _intake_bytes(self, lo: int, hi: int, offsets: list[int]) -> int:
+        assert self._intake is not None
+        start = min([max(lo, self._head), *offsets])
+        if start >= hi and not offsets:
+            return 0
+        rows = self._intake.read(self.topic_uid, start, max(hi, offsets[-1] + 1 if offsets else hi))
+        wanted = pc.or_(
+            pc.and_(pc.greater_equal(rows["offset"], lo), pc.less(rows["offset"], hi)),
+            pc.is_in(rows["offset"], value_set=pa.array(offsets, pa.int64())),
+        )
+        return int(pc.sum(rows.filter(wanted)["size"]).as_py() or 0)
 
     def _mean_size(self, f: _File) -> float:
         if self._read_rows:

@@ -160,8 +160,15 @@ def load(
     return LoadResult(label, total, kinds, commits, published, delivered, cpu, wall)
 
 
-def idle(label: str, resources: int, streams: bool, window_s: float, profile: str) -> IdleResult:
-    with lps.LakePubSubServer(s3=True, grpc=True, proxy=profile) as server:
+def idle(
+    label: str,
+    resources: int,
+    streams: bool,
+    window_s: float,
+    profile: str,
+    env: dict[str, str] | None = None,
+) -> IdleResult:
+    with lps.LakePubSubServer(s3=True, grpc=True, proxy=profile, env=env) as server:
         assert server.proxy is not None
         names = _create(server, resources)
         holder = None
@@ -192,22 +199,23 @@ def load_report(results: list[LoadResult], profile: str) -> list[str]:
         "publish until the subscriber had every message.",
         "",
         "| case | PUT/1M | GET/1M | HEAD/1M | LIST/1M | $/1M Standard | $/1M Express "
-        "| msgs/topic commit | msgs/lease commit | publish p50/p99 ms | e2e p50/p99 ms "
-        "| failures | duplicates | CPU s server/moto/proxy |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| msgs/topic commit | msgs/intake commit | msgs/lease commit | publish p50/p99 ms "
+        "| e2e p50/p99 ms | failures | duplicates | CPU s server/moto/proxy |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         ack = r.publish.get("ack_ms", {})
         e2e = r.delivery.get("e2e_ms", {})
         assert isinstance(ack, dict) and isinstance(e2e, dict)
         messages_per = r.messages / max(1.0, r.commits.get("messages", 0.0))
+        intake_per = r.messages / max(1.0, r.commits.get("intake", 0.0))
         lease_per = r.messages / max(1.0, r.commits.get("leases", 0.0))
         lines.append(
             f"| {r.label} | {r.per_million('put') + r.per_million('post'):,.0f} "
             f"| {r.per_million('get'):,.0f} | {r.per_million('head'):,.0f} "
             f"| {r.per_million('list'):,.0f} "
             f"| {r.usd_per_million('standard'):.3f} | {r.usd_per_million('express'):.3f} "
-            f"| {messages_per:.1f} | {lease_per:.1f} "
+            f"| {messages_per:.1f} | {intake_per:.1f} | {lease_per:.1f} "
             f"| {ack['p50']:.0f} / {ack['p99']:.0f} | {e2e['p50']:.0f} / {e2e['p99']:.0f} "
             f"| {r.publish.get('failures')} | {r.delivery.get('duplicates')} "
             f"| {r.cpu_s['server']:.1f} / {r.cpu_s['moto']:.1f} / {r.cpu_s['proxy']:.1f} |"
@@ -253,26 +261,41 @@ def main(argv: Sequence[str] | None = None) -> None:
         default="25,100,250,1000",
         help="LAKEPUBSUB_FLUSH_MS values the flush case runs the batched case with",
     )
+    parser.add_argument("--intake", action="store_true", help="every case with LAKEPUBSUB_INTAKE=1")
+    parser.add_argument(
+        "--topics", type=int, default=0, help="topics of the many-topics case (default 20)"
+    )
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting for the server of every case (repeatable)",
+    )
     args = parser.parse_args(argv)
     cases = set(args.cases.split(","))
+    base_env = dict(item.split("=", 1) for item in args.env)
+    if args.intake:
+        base_env["LAKEPUBSUB_INTAKE"] = "1"
     window = QUICK_WINDOW_S if args.quick else WINDOW_S
     many = f"{IDLE_RESOURCES} topics, {IDLE_RESOURCES} subscriptions, {IDLE_RESOURCES} streams"
     results = []
     if "idle" in cases:
-        results.append(idle("1 topic, 1 subscription, no client", 1, False, window, args.profile))
-        results.append(idle(many, IDLE_RESOURCES, True, window, args.profile))
+        one = "1 topic, 1 subscription, no client"
+        results.append(idle(one, 1, False, window, args.profile, base_env))
+        results.append(idle(many, IDLE_RESOURCES, True, window, args.profile, base_env))
     lines = report(results, args.profile, window)
     rate, seconds = (300.0, 20.0) if args.quick else (3000.0, 60.0)
     small = 5.0 if args.quick else 10.0
-    topics = 5 if args.quick else 20
+    topics = args.topics or (5 if args.quick else 20)
     loads = [] if "load" not in cases else [
         load(
             f"1 topic, {rate:.0f} msgs/s, batched",
-            1, rate, seconds, single=False, profile=args.profile,
+            1, rate, seconds, single=False, profile=args.profile, env=base_env,
         ),
         load(
             f"{topics} topics x {small:.0f} msgs/s, single",
-            topics, topics * small, seconds, single=True, profile=args.profile,
+            topics, topics * small, seconds, single=True, profile=args.profile, env=base_env,
         ),
     ]  # fmt: skip
     lines += load_report(loads, args.profile)
@@ -282,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             load(
                 f"1 topic, {rate:.0f} msgs/s, batched, flush {w:.0f} ms",
                 1, rate, seconds, single=False, profile=args.profile,
-                env={"LAKEPUBSUB_FLUSH_MS": str(w)},
+                env={**base_env, "LAKEPUBSUB_FLUSH_MS": str(w)},
             )
             for w in windows
         ]  # fmt: skip
@@ -293,6 +316,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     name = "s3" if cases >= every else "s3-" + "-".join(sorted(cases & every))
     if args.profile != "zero":
         name += f"-{args.profile}"
+    if args.intake:
+        name += "-intake"
     (args.out / f"{name}.md").write_text("\n".join(lines) + "\n")
 
 

@@ -20,6 +20,7 @@ is delegated to delta-rs.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import functools
 import logging
 import threading
@@ -71,6 +72,9 @@ class DataFile:
     rows: int
     mins: Mapping[str, int]
     maxs: Mapping[str, int]
+    # The add action's tags (as written in the commit; delta-rs's snapshot of a
+    # loaded table does not return them, so files found by ``load`` have none).
+    tags: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 class TableLog:
@@ -188,7 +192,12 @@ class TableLog:
     # -- writing -------------------------------------------------------------------------
 
     def write_file(
-        self, rows: pa.Table, *, data_change: bool = True, row_group_rows: int | None = None
+        self,
+        rows: pa.Table,
+        *,
+        data_change: bool = True,
+        row_group_rows: int | None = None,
+        tags: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         """Write ``rows`` as a new data file; its add action, to pass to ``commit``.
 
@@ -214,17 +223,17 @@ class TableLog:
         data = sink.getvalue()
         with storage_errors(self.uri):
             self._lake.objects.put(target, data)
-        size = data.size
-        return {
-            "add": {
-                "path": name,
-                "partitionValues": {},
-                "size": size,
-                "modificationTime": self._modification_time(),
-                "dataChange": data_change,
-                "stats": orjson.dumps(_stats(rows)).decode(),
-            }
+        add = {
+            "path": name,
+            "partitionValues": {},
+            "size": data.size,
+            "modificationTime": self._modification_time(),
+            "dataChange": data_change,
+            "stats": orjson.dumps(_stats(rows)).decode(),
         }
+        if tags:
+            add["tags"] = dict(tags)
+        return {"add": add}
 
     def _modification_time(self) -> int:
         """Now in milliseconds, but after every file this handle wrote before. Delta's
@@ -612,7 +621,12 @@ def _data_file(add: Mapping[str, Any], tracked: frozenset[str]) -> DataFile:
     mins = _stat_values(parsed.get("minValues") or {}, tracked, max_side=False)
     maxs = _stat_values(parsed.get("maxValues") or {}, tracked, max_side=True)
     return DataFile(
-        add["path"], int(add.get("size") or 0), int(parsed.get("numRecords") or 0), mins, maxs
+        add["path"],
+        int(add.get("size") or 0),
+        int(parsed.get("numRecords") or 0),
+        mins,
+        maxs,
+        add.get("tags") or {},
     )
 
 

@@ -65,6 +65,7 @@ Environment (README.md, "Configuration"; docs/security.md; docs/spark.md):
                   AWS_ALLOW_HTTP (set for you with an http:// endpoint)
   the server      LAKEPUBSUB_PULL_WAIT_S, LAKEPUBSUB_CATALOG_MAX_STALENESS_S,
                   LAKEPUBSUB_CHANGE_CHECK_S, LAKEPUBSUB_FLUSH_MS, LAKEPUBSUB_LEASE_FLUSH_MS,
+                  LAKEPUBSUB_INTAKE, LAKEPUBSUB_INTAKE_MOVE_S,
                   LAKEPUBSUB_MAX_INFLIGHT_REQUESTS,
                   LAKEPUBSUB_MAX_INFLIGHT_BODY_BYTES, LAKEPUBSUB_GC_YOUNG_THRESHOLD
   peering         LAKEPUBSUB_PEERING, LAKEPUBSUB_PEER_HOST,

@@ -134,11 +134,12 @@ def register(
                 typed_name = names.take(f"{name}{SEPARATOR}{TYPED_SUFFIX}", topic.uid)
                 typed.createOrReplaceTempView(typed_name)
                 views.append(View(typed_name, "typed", topic.name.path, table.version()))
-            topic_rows.append(_topic_row(engine, topic, name, table))
-            latest = loaded if pinned is None and timestamp is None else None
-            latest = latest or _topic_frame(spark, engine, topic, None, None)
+            live = pinned is None and timestamp is None
+            topic_rows.append(_topic_row(engine, topic, name, table, live=live))
+            latest = loaded if live else _topic_frame(spark, engine, topic, None, None)
             if latest is not None:
-                current[topic.uid] = (latest[0], _offset_range(latest[1])[1])
+                head = max(_offset_range(latest[1])[1], _intake_head(engine, topic.uid))
+                current[topic.uid] = (latest[0], head)
         sub_rows = []
         for sub in subs:
             try:
@@ -213,6 +214,7 @@ def _topic_frame(
     """
     uri = engine.lake.messages_uri(topic.uid)
     storage = engine.lake.storage_options
+    pinned = version
     try:
         if timestamp is not None and version is None:
             version = pinned_version(_as_of(spark, uri, storage, timestamp))
@@ -222,6 +224,13 @@ def _topic_frame(
             version = engine.lake.open(uri).version()
         frame = read_table(spark, uri, version=version, storage_options=storage)
         table = engine.lake.open(uri, version=version)
+        if pinned is None and timestamp is None and engine.intake is not None:
+            # The newest messages may still be in the intake: the view reads them
+            # from there, past the table's head (docs/architecture.md, "The intake").
+            head = _offset_range(table)[1]
+            fresh = engine.intake.read(topic.uid, head, engine.intake.next_offset(topic.uid))
+            if fresh.num_rows:
+                frame = frame.unionByName(spark.createDataFrame(fresh))
     except errors.NotFound as exc:
         if not engine.lake.exists(uri):
             log.warning("%s: no view: %s", topic.name.path, exc)
@@ -304,9 +313,18 @@ def _time(us: int | None) -> datetime | None:
     return datetime.fromtimestamp(us / constants.US_PER_S, tz=UTC)
 
 
-def _topic_row(engine: Engine, topic: Topic, view: str, table: DeltaTable) -> tuple[Any, ...]:
+def _intake_head(engine: Engine, topic_uid: str) -> int:
+    """One past the topic's newest message in the intake (0: none there)."""
+    return 0 if engine.intake is None else engine.intake.next_offset(topic_uid)
+
+
+def _topic_row(
+    engine: Engine, topic: Topic, view: str, table: DeltaTable, *, live: bool
+) -> tuple[Any, ...]:
     actions = pa.table(table.get_add_actions(flatten=True))
     oldest, head = _offset_range(table)
+    if live:
+        head = max(head, _intake_head(engine, topic.uid))
     return (
         topic.name.project,
         topic.name.id,

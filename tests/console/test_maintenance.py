@@ -5,7 +5,10 @@ recorded it (jobs/runs.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+from support import LakeSpec
 
 from api.console import sampler as sampler_module
 from api.console.maintenance import kept_from
@@ -31,6 +34,14 @@ def _topic_uid(engine: Engine) -> str:
     entry = engine.catalog.view().get(cat.TOPIC, TOPIC.project, TOPIC.id)
     assert entry is not None
     return entry.uid
+
+
+@pytest.fixture
+def engine(lake: LakeSpec) -> Iterator[Engine]:
+    """Publishes commit to the topic's own table (one file each), on S3 too, where they
+    would go to the intake by default."""
+    with Engine(lake.settings(intake=False)) as eng:
+        yield eng
 
 
 def test_compaction_and_delete_are_found_in_the_log_and_the_runs_recorded(

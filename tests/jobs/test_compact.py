@@ -6,6 +6,7 @@ import itertools
 import json
 import os
 import time
+from collections.abc import Iterator
 
 import pytest
 from deltalake import DeltaTable
@@ -27,6 +28,16 @@ from lakepubsub import Engine, constants, schemas
 from lakepubsub._lake import checkpoints, deltalog
 from lakepubsub.subscriptions import Subscription
 from lakepubsub.topics import Topic
+
+
+@pytest.fixture
+def engine(lake: LakeSpec) -> Iterator[Engine]:
+    """Publishes commit to each topic's own table, one small file each, on S3 too
+    (where they would go to the intake by default and reach the table in a few
+    large moves): the small files are what compaction is for.
+    tests/jobs/test_views.py compacts a topic fed through the intake."""
+    with Engine(lake.settings(intake=False)) as eng:
+        yield eng
 
 
 def test_compaction_keeps_every_row_under_traffic(

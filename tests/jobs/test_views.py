@@ -18,7 +18,7 @@ from jobtools import context
 from pyspark.sql import SparkSession
 from support import LakeSpec, free_port
 
-from jobs import truncate
+from jobs import compact, truncate
 from jobs.cli import sql
 from lakepubsub import Engine, errors
 from lakepubsub._lake.deltalog import settle_checkpoints
@@ -329,3 +329,46 @@ def test_sql_serve_spark_connect(shop: Engine, local_lake: LakeSpec) -> None:
         server.terminate()
         server.wait(timeout=60)
     assert server.returncode == 0
+
+
+def test_views_read_the_intake_before_and_after_a_move_and_compaction(
+    local_lake: LakeSpec, spark: SparkSession
+) -> None:
+    """A topic whose newest messages are still in the intake reads the same rows and
+    offsets in SQL before they move to its table, after, and after compaction."""
+    topic = TopicName("hot", "events")
+    settings = local_lake.settings(intake=True, intake_move_s=3600.0)
+    with Engine(settings) as engine:
+        engine.create_topic(Topic(topic))
+        for n in range(12):
+            engine.publish(topic, [PublishMessage(f"e{n}".encode(), {"n": str(n)})])
+
+    def rows() -> list[tuple[int, str, bytes, str]]:
+        register(spark, local_lake.settings())
+        found = spark.sql(
+            "SELECT offset, message_id, data, attributes['n'] FROM hot__events ORDER BY offset"
+        ).collect()
+        heads = spark.sql("SELECT head FROM topics WHERE view = 'hot__events'").collect()
+        assert heads[0][0] == len(found)
+        return [(r[0], r[1], bytes(r[2]), r[3]) for r in found]
+
+    expected = [(n, str(n), f"e{n}".encode(), str(n)) for n in range(12)]
+    assert rows() == expected  # all in the intake: the table is empty
+    with Engine(local_lake.settings(intake=True, intake_move_s=0.0)) as engine:
+        uid = engine._topic_entry(topic).uid
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if DeltaTable(engine.lake.messages_uri(uid)).version() > 0:
+                break
+            time.sleep(0.1)
+        # Two more: one part in the table, one in the intake.
+        engine.publish(topic, [PublishMessage(b"e12", {"n": "12"})])
+    assert DeltaTable(local_lake.uri + f"/topics/{uid}/messages").version() > 0
+    expected.append((12, "12", b"e12", "12"))
+    register(spark, local_lake.settings())
+    assert spark.sql("SELECT count(*) FROM hot__events").collect()[0][0] == 13
+    with context(local_lake, spark) as ctx:
+        compact.run(ctx, compact.CompactOptions(min_small_files=2))
+    register(spark, local_lake.settings())
+    after = spark.sql("SELECT offset, data FROM hot__events ORDER BY offset").collect()
+    assert [(r[0], bytes(r[1])) for r in after] == [(o, d) for o, _, d, _ in expected]

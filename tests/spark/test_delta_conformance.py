@@ -15,6 +15,7 @@ import functools
 import json
 import os
 import shutil
+import time
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -27,7 +28,7 @@ from support import LakeSpec
 
 from jobs import compact, truncate
 from jobs.common import JobContext
-from lakepubsub import Engine, errors
+from lakepubsub import Engine, constants, errors
 from lakepubsub._lake import Lake
 from lakepubsub._lake.deltalog import settle_checkpoints
 from lakepubsub.messages import PublishMessage
@@ -42,7 +43,9 @@ PROJECT = "conf"
 
 @pytest.fixture
 def engine_on(lake: LakeSpec) -> Iterator[Engine]:
-    with Engine(lake.settings()) as engine:
+    """Publishes commit to the topic's own table (on S3 too, where they would go to
+    the intake by default; ``test_the_intake_table`` covers that one)."""
+    with Engine(lake.settings(intake=False)) as engine:
         yield engine
 
 
@@ -263,3 +266,29 @@ def test_lease_catalog_snapshot_and_truncation_tables(
     for uri in (leases, lake_.catalog_uri, lake_.truncations_uri):
         assert_same_rows(spark, uri, storage)
         assert_described(spark, uri, storage)
+
+
+def test_the_intake_table(
+    lake: LakeSpec, spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The intake (tagged adds, every topic in one file) through appends, moves and
+    the removal of moved files reads the same in delta-spark as in delta-rs."""
+    monkeypatch.setattr(constants, "INTAKE_REMOVE_GRACE_S", 0.0)
+    storage = dict(lake.storage_options)
+    with Engine(lake.settings(intake=True, intake_move_s=3600.0)) as engine:
+        topics = [engine.create_topic(Topic(TopicName(PROJECT, f"hot-{i}"))) for i in range(3)]
+        for topic in topics:
+            publish(engine, topic.name, batches=3)
+        uri = engine.lake.uri("intake")
+        assert assert_same_rows(spark, uri, storage) == 45
+        intake = engine.intake
+        assert intake is not None
+        intake.move_all()
+        monkeypatch.setattr("lakepubsub.intake.REMOVAL_PASS_S", 0.0)
+        with intake._work:
+            intake._remove_moved(time.monotonic())  # the first pass starts the grace (0 s)
+            intake._remove_moved(time.monotonic())
+        assert assert_same_rows(spark, uri, storage) == 0
+        assert_every_version(spark, uri, storage)
+        for topic in topics:
+            assert assert_same_rows(spark, engine.lake.messages_uri(topic.uid), storage) == 15
