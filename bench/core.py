@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.moto_server import MotoServer
+from bench.harness.moto_server import MotoServer
 from lakepubsub import (
     Engine,
     PublishMessage,

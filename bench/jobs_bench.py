@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.transaction import AddAction
 
-from harness.ports import free_port, wait_for_port
+from bench.harness.ports import free_port, wait_for_port
 from jobs import compact, truncate
 from jobs.common import FileStats, JobContext
 from lakepubsub import Engine, Settings, constants, schemas

@@ -66,10 +66,10 @@ import orjson
 
 from bench import scratch
 from bench import workload as w
+from bench.harness.moto_server import MotoServer
+from bench.harness.processes import stop
+from bench.harness.s3_proxy import S3Proxy
 from bench.procstats import ProcessMeter, ProcessUsage
-from harness.moto_server import MotoServer
-from harness.processes import stop
-from harness.s3_proxy import S3Proxy
 from lakepubsub import constants
 
 SYSTEM = "lakepubsub"
@@ -91,7 +91,9 @@ RUN_TIMEOUT_S = 900.0
 REQUEST_TIMEOUT_S = 120.0
 # The server's long-poll wait: the NATS peer's idle fetch timeout.
 PULL_WAIT_S = 1.0
-ACKS_SETTLE_TIMEOUT_S = 10.0
+# Acks reach the lease table within the server's lease flush window (30 s on S3:
+# held in memory, then committed together) and a commit's time after it.
+ACKS_SETTLE_TIMEOUT_S = 10.0 + constants.S3_LEASE_FLUSH_MS / 1000
 # The latency consumer gives up when nothing new arrives for this long.
 STALL_TIMEOUT_S = 60.0
 # Backlogs are published, untimed, by this many processes in batches of this
@@ -191,7 +193,7 @@ class LakePubSubServer:
         self.grpc = grpc
         self.system = SYSTEM_S3 if self.s3 else SYSTEM
         # With ``s3``: the server reaches moto through a counting, delaying proxy
-        # (harness/s3_proxy.py) with this latency profile.
+        # (bench/harness/s3_proxy.py) with this latency profile.
         self._proxy_profile = proxy
         self.proxy: S3Proxy | None = None
         self._env = env or {}

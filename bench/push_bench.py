@@ -52,8 +52,8 @@ import orjson
 
 from bench import peer_lakepubsub as lps
 from bench import workload as w
+from bench.harness.ports import free_port
 from bench.procstats import ProcessMeter
-from harness.ports import free_port
 
 RESULTS = Path(__file__).parent / "results"
 PROJECT = "bench"

@@ -53,7 +53,7 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import DataFrame, SparkSession
 
-from harness.moto_server import MotoServer
+from bench.harness.moto_server import MotoServer
 from lakepubsub.schemas import MESSAGES
 from lakepubsub.spark import local_session
 from lakepubsub.spark.tables import configure_storage, spark_path

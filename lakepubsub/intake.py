@@ -54,6 +54,7 @@ MEMORY_BYTES = 128 * 1024 * 1024
 # How often the committer looks for moves due and files to remove when idle.
 HOUSEKEEPING_S = 1.0
 REMOVAL_PASS_S = 60.0
+OTHERS_REREAD_S = 600.0
 # Files read at once when a load must find their topic ranges from their rows.
 LOAD_THREADS = 8
 
@@ -612,11 +613,15 @@ class Intake:
         self._index_files()
 
     def _moved(self, topic_uid: str, hi: int) -> bool:
-        """Whether the topic's table holds every offset below ``hi`` (or the topic is gone)."""
+        """Whether the topic's table holds every offset below ``hi`` (or the topic is gone).
+        A topic this process moves is judged by its own view (its moves keep it
+        current; a job's move is found by the next due move); another's view is
+        reread at most every OTHERS_REREAD_S (a GET each on S3)."""
         if not self._alive(topic_uid):
             return True
+        max_age_s = float("inf") if self._mover and self._owns(topic_uid) else OTHERS_REREAD_S
         try:
-            table = self._table(topic_uid, max_age_s=REMOVAL_PASS_S)
+            table = self._table(topic_uid, max_age_s=max_age_s)
         except errors.NotFound:
             return True
         return table.head() >= hi

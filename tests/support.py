@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import httpx
 
-from harness.moto_server import MotoServer  # noqa: F401 (the type of the moto_server fixture)
-from harness.ports import free_port, wait_for_port
+from bench.harness.moto_server import MotoServer  # noqa: F401 (the type of the moto_server fixture)
+from bench.harness.ports import free_port, wait_for_port
 from lakepubsub import Settings, constants
 
 

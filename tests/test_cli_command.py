@@ -14,7 +14,7 @@ import click
 import pytest
 from support import LakeSpec, MotoServer, Server, start_server, stop_server
 
-from harness.ports import free_port
+from bench.harness.ports import free_port
 from lakepubsub import cli
 
 LAKEPUBSUB = str(Path(sys.executable).with_name("lakepubsub"))

@@ -1,6 +1,6 @@
 """What an idle lake costs on S3, and that idling loses no promptness.
 
-A moto S3 behind harness/s3_proxy.py, which counts every request; servers run
+A moto S3 behind bench/harness/s3_proxy.py, which counts every request; servers run
 with the S3 defaults (a rare change check, peers told of catalog commits).
 """
 
@@ -19,7 +19,7 @@ import pytest
 from deltalake import DeltaTable
 from support import LakeSpec, MotoServer, start_server, stop_server
 
-from harness.s3_proxy import S3Proxy
+from bench.harness.s3_proxy import S3Proxy
 from lakepubsub import Engine
 from lakepubsub.leases import LeaseState
 from lakepubsub.messages import PublishMessage

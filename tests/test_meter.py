@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from support import LakeSpec, MotoServer
 
-from harness.s3_proxy import S3Proxy
+from bench.harness.s3_proxy import S3Proxy
 from lakepubsub._lake import Lake
 from lakepubsub._lake.meter import METER, Meter, cost_usd, kind_of
 

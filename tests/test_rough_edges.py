@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 from support import LakeSpec, MotoServer, Server, start_server, stop_server
 
-from harness.ports import free_port, wait_for_port
+from bench.harness.ports import free_port, wait_for_port
 from lakepubsub import cli
 
 ROOT = Path(__file__).parents[1]

@@ -266,6 +266,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--topics", type=int, default=0, help="topics of the many-topics case (default 20)"
     )
     parser.add_argument(
+        "--rate-each",
+        type=float,
+        default=0.0,
+        help="msgs/s per topic of the many-topics case (default 10)",
+    )
+    parser.add_argument(
         "--env",
         action="append",
         default=[],
@@ -286,7 +292,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         results.append(idle(many, IDLE_RESOURCES, True, window, args.profile, base_env))
     lines = report(results, args.profile, window)
     rate, seconds = (300.0, 20.0) if args.quick else (3000.0, 60.0)
-    small = 5.0 if args.quick else 10.0
+    small = args.rate_each or (5.0 if args.quick else 10.0)
     topics = args.topics or (5 if args.quick else 20)
     loads = [] if "load" not in cases else [
         load(

@@ -1,4 +1,4 @@
-"""What the S3 requests that ``harness/s3_proxy.py`` counts cost, at list prices.
+"""What the S3 requests that ``bench/harness/s3_proxy.py`` counts cost, at list prices.
 
 The proxy itself lives in the harness, which the benchmarks and the tests share;
 its latency profiles are named here too, for ``python -m bench.s3``.
@@ -6,7 +6,7 @@ its latency profiles are named here too, for ``python -m bench.s3``.
 
 from __future__ import annotations
 
-from harness.s3_proxy import PROFILES
+from bench.harness.s3_proxy import PROFILES
 
 __all__ = ["PROFILES", "usd"]
 

@@ -41,7 +41,7 @@ from urllib.parse import urlparse
 
 import httpx
 
-from harness.ports import free_port, wait_for_port
+from bench.harness.ports import free_port, wait_for_port
 from tests.chaos.servers import REPO
 
 _ERROR_CODES = {500: "InternalError", 503: "SlowDown"}

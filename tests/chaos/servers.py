@@ -16,8 +16,8 @@ from pathlib import Path
 
 import httpx
 
-from harness.moto_server import S3_CREDENTIALS, MotoServer
-from harness.ports import free_port
+from bench.harness.moto_server import S3_CREDENTIALS, MotoServer
+from bench.harness.ports import free_port
 from lakepubsub import constants
 
 REPO = Path(__file__).resolve().parents[2]

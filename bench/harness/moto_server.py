@@ -6,8 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.ports import free_port, wait_for_port
-from harness.processes import stop
+from bench.harness.ports import free_port, wait_for_port
+from bench.harness.processes import stop
 
 # moto accepts any keys; delta-rs needs AWS_ALLOW_HTTP for its plain-HTTP endpoint.
 S3_CREDENTIALS = {

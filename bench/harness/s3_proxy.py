@@ -1,6 +1,6 @@
 """An S3 proxy the benchmarks and tests own: it counts requests and adds latency.
 
-    python -m harness.s3_proxy --upstream http://127.0.0.1:PORT [--profile standard]
+    python -m bench.harness.s3_proxy --upstream http://127.0.0.1:PORT [--profile standard]
 
 It sits between lakepubsub (delta-rs, boto3) and a moto S3 server, forwards
 every request unchanged (the ``Host`` header too, so signatures still match)
@@ -35,8 +35,8 @@ from urllib.parse import parse_qs
 
 import httpx
 
-from harness.ports import free_port
-from harness.processes import stop
+from bench.harness.ports import free_port
+from bench.harness.processes import stop
 
 KINDS = ("put", "post", "list", "get", "head", "delete")
 CONTROL = "/_proxy/"
@@ -174,10 +174,10 @@ class S3Proxy:
     def __enter__(self) -> S3Proxy:
         port = free_port()
         out = self._log.open("wb") if self._log else subprocess.DEVNULL
-        command = [sys.executable, "-m", "harness.s3_proxy", "--upstream", self.upstream]
+        command = [sys.executable, "-m", "bench.harness.s3_proxy", "--upstream", self.upstream]
         command += ["--port", str(port), "--profile", self.profile.name]
         self._process = subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, cwd=Path(__file__).parents[1]
+            command, stdout=out, stderr=subprocess.STDOUT, cwd=Path(__file__).parents[2]
         )
         self.endpoint = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + START_TIMEOUT_S
