@@ -1,4 +1,4 @@
-"""S3 cost of lakepubsub, counted at a proxy in front of moto (bench/s3/proxy.py).
+"""S3 cost of lakepubsub, counted at a proxy in front of moto (bench/harness/s3_proxy.py).
 
     python -m bench.s3 [--quick] [--profile zero|standard|express] [--out DIR]
 
@@ -227,7 +227,7 @@ def report(results: list[IdleResult], profile: str, window_s: float) -> list[str
     lines = [
         "# lakepubsub on S3: requests counted at the proxy",
         "",
-        f"`python -m bench.s3` — moto behind `bench/s3/proxy.py` (profile `{profile}`), "
+        f"`python -m bench.s3` — moto behind `bench/harness/s3_proxy.py` (profile `{profile}`), "
         f"one `lakepubsub serve` process; idle window {window_s:.0f} s after a "
         f"{WARMUP_S:.0f} s warm-up.",
         "",

@@ -4,7 +4,7 @@ Every HTTP attempt a watched boto3 client sends (retries too: S3 bills each) is
 counted through botocore's ``before-send`` event, by billing kind. Requests that
 delta-rs makes itself (opening tables, its commits, checkpoints and vacuum,
 parquet files read through its object store) are sent from Rust and are not
-counted here; ``bench/s3/proxy.py`` counts every request from outside the process.
+counted here; ``bench/harness/s3_proxy.py`` counts every request from outside the process.
 """
 
 from __future__ import annotations
