@@ -6,7 +6,10 @@ them and never deals with HTTP.
 
 from __future__ import annotations
 
+import logging
 import re
+from collections.abc import Iterable
+from concurrent.futures import Future
 from typing import Any, ClassVar
 
 # An S3 error document inside a storage error's text: <Code>NoSuchBucket</Code><Message>…
@@ -112,3 +115,13 @@ def one_line(text: str) -> str:
     if _METADATA_SERVICE in text:
         return f"{first} ({NO_CREDENTIALS})"
     return first
+
+
+def fail_all(futures: Iterable[Future[Any]], exc: BaseException, what: str) -> None:
+    """Answer every future with ``exc``; an exception that is not one of ours is
+    logged as ``what`` failing and answered INTERNAL."""
+    failure = exc if isinstance(exc, LakePubSubError) else Internal(str(exc))
+    if not isinstance(exc, LakePubSubError):
+        logging.getLogger(__name__).error("%s failed", what, exc_info=exc)
+    for future in futures:
+        future.set_exception(failure)

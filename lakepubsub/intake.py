@@ -131,6 +131,7 @@ class Intake:
         self._tables: dict[str, tuple[MessagesTable, float]] = {}
         self._moved_at: dict[str, float] = {}
         self._committed_at = 0.0
+        self._housekeep_at = 0.0
         self._removal_at = 0.0
         self._look_at = 0.0
 
@@ -285,6 +286,9 @@ class Intake:
                     self._commit(group)
                 if stop:
                     return
+                if time.monotonic() < self._housekeep_at:  # not after every commit
+                    continue
+                self._housekeep_at = time.monotonic() + HOUSEKEEPING_S
                 try:
                     self._housekeep()
                 except Exception:  # retried on the next pass; publishes go on meanwhile
@@ -307,11 +311,7 @@ class Intake:
         try:
             firsts, numbered_rows, path = self._append(group)
         except Exception as exc:  # every caller learns the outcome
-            failure = exc if isinstance(exc, errors.LakePubSubError) else errors.Internal(str(exc))
-            if not isinstance(exc, errors.LakePubSubError):
-                log.error("intake commit failed", exc_info=exc)
-            for pending in group:
-                pending.future.set_exception(failure)
+            errors.fail_all((p.future for p in group), exc, "intake commit")
             return
         self._hold(path, numbered_rows)
         for pending in group:
@@ -363,19 +363,13 @@ class Intake:
                 time.sleep(retry.contender_backoff_s(time.monotonic() - started))
                 continue
             except errors.Unavailable:
-                if not self._landed(self._txn):
+                if not log_.committed(self._app_id, self._txn):
                     raise
                 self._tail()  # our commit is there: learn its version and file
             metrics.COMMITS.labels("intake").inc()
             metrics.COMMIT_SECONDS.labels("intake").observe(time.monotonic() - started)
             metrics.ROWS_PER_COMMIT.labels("intake").observe(body.num_rows)
             return firsts, by_topic, add["add"]["path"]
-
-    def _landed(self, txn_version: int) -> bool:
-        table = self._lake.open(self.uri)
-        with storage_errors(self.uri):
-            landed = table.transaction_version(self._app_id)
-        return landed is not None and landed >= txn_version
 
     def _head(self, topic_uid: str) -> int:
         """Where the topic's next rows start: past its table's head (reread when the
@@ -455,7 +449,7 @@ class Intake:
             with self._cond:
                 for path in [p for p in self._paths if p not in live]:
                     self._forget(path)
-            fresh = [f for f in log_.files.values()]
+            fresh = list(log_.files.values())
         else:
             fresh = log_.added[self._indexed :]
         self._indexed = len(log_.added)

@@ -262,8 +262,4 @@ class TopicPublisher:
 
 
 def _fail(group: list[_Request], exc: BaseException) -> None:
-    failure = exc if isinstance(exc, errors.LakePubSubError) else errors.Internal(str(exc))
-    if not isinstance(exc, errors.LakePubSubError):
-        log.error("publish commit failed", exc_info=exc)
-    for request in group:
-        request.future.set_exception(failure)
+    errors.fail_all((r.future for r in group), exc, "publish commit")

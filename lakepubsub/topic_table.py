@@ -219,7 +219,7 @@ class MessagesTable:
         for lo, hi, latest_us, _ in self._index:
             if latest_us < time_us:
                 continue
-            rows = self._read(lo, min(hi + 1, self._head), published_since)
+            rows = self._read(lo, hi + 1, published_since)
             if rows.num_rows:
                 return max(self._los[0], int(pc.min(rows["offset"]).as_py()))
         if self._overlay is not None:
@@ -258,10 +258,7 @@ class MessagesTable:
     def committed(self, app_id: str, txn_version: int) -> bool:
         """Whether the commit tagged (app_id, txn_version) is in the table."""
         self._log.tail()
-        table = self._lake.open(self.uri)
-        with storage_errors(self.uri):
-            landed = table.transaction_version(app_id)
-        return landed is not None and landed >= txn_version
+        return self._log.committed(app_id, txn_version)
 
     # -- maintenance (the compaction and truncation jobs) ----------------------------
 

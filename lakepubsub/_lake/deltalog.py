@@ -361,6 +361,14 @@ class TableLog:
             self._discard(actions)
             raise
 
+    def committed(self, app_id: str, txn_version: int) -> bool:
+        """Whether the commit tagged with app transaction (app_id, txn_version) is in
+        the table (after an ambiguous storage error)."""
+        table = self._lake.open(self.uri)
+        with storage_errors(self.uri):
+            landed = table.transaction_version(app_id)
+        return landed is not None and landed >= txn_version
+
     def _check_writable(self, *, removes: bool) -> None:
         if self._refused is not None:
             raise errors.FailedPrecondition(f"{self.uri}: {self._refused}")
