@@ -17,8 +17,8 @@ from api.fast import FastRoutes
 from api.grpc import GrpcDoor, oneport
 from api.grpc.services import handlers
 from api.middleware import Admission, LimitBody, Metrics
-from lakepubsub import Engine, Settings, heap, push
-from lakepubsub.peers import Peering
+from lakepubsub import Engine, Settings, gc_tuning, push
+from lakepubsub.peering.peers import Peering
 
 DESCRIPTION = """\
 Google Cloud Pub/Sub REST v1, served from Delta Lake tables. Point an unmodified
@@ -56,7 +56,7 @@ def create_app(engine: Engine | None = None, *, grpc: bool | None = None) -> Fas
             await run_in_threadpool(app.state.grpc.start)
             oneport.install(app.state.grpc)
         if engine is None:  # a server process: its start-up heap is done
-            heap.settle(app.state.engine.settings.gc_young_threshold)
+            gc_tuning.settle(app.state.engine.settings.gc_young_threshold)
         try:
             yield
         finally:

@@ -46,8 +46,10 @@ from api.deps import EngineDep, json_bytes, json_response
 from api.errors import from_exception
 from api.models import Model
 from lakepubsub import Engine, errors
-from lakepubsub import catalog as cat
-from lakepubsub.iam import (
+from lakepubsub.push.oidc import published_keys
+from lakepubsub.push.settings import PushSettings
+from lakepubsub.resources import catalog as cat
+from lakepubsub.resources.iam import (
     PERMISSIONS,
     Policy,
     PolicyStore,
@@ -56,9 +58,7 @@ from lakepubsub.iam import (
     role_name,
     validate_member,
 )
-from lakepubsub.names import SchemaName, SnapshotName, SubscriptionName, TopicName
-from lakepubsub.push.oidc import published_keys
-from lakepubsub.push.settings import PushSettings
+from lakepubsub.resources.names import SchemaName, SnapshotName, SubscriptionName, TopicName
 
 log = logging.getLogger(__name__)
 

@@ -15,12 +15,13 @@ from pybase64 import b64decode, b64encode_as_string
 
 from api import models as m
 from api.errors import invalid_request
-from lakepubsub import batches, errors
-from lakepubsub.batches import Batch
+from lakepubsub import errors
 from lakepubsub.messages import ReceivedMessage, TruncationEvent
-from lakepubsub.names import SubscriptionName, TopicName
-from lakepubsub.snapshots import Snapshot
-from lakepubsub.subscriptions import (
+from lakepubsub.publish import batches
+from lakepubsub.publish.batches import Batch
+from lakepubsub.resources.names import SubscriptionName, TopicName
+from lakepubsub.resources.snapshots import Snapshot
+from lakepubsub.resources.subscriptions import (
     DEFAULT_DEAD_LETTER_ATTEMPTS,
     DEFAULT_MAX_BACKOFF_S,
     DEFAULT_MIN_BACKOFF_S,
@@ -31,7 +32,7 @@ from lakepubsub.subscriptions import (
     Subscription,
     TruncationPolicy,
 )
-from lakepubsub.topics import SchemaSettings, Topic
+from lakepubsub.resources.topics import SchemaSettings, Topic
 
 _DURATION = re.compile(r"(-?\d+(?:\.\d{1,9})?)s")
 EVENT_ATTRIBUTE = "lakepubsub.event"

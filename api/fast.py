@@ -27,7 +27,7 @@ from api import topics
 from api.auth import routes_of
 from api.deps import json_bytes
 from lakepubsub import errors
-from lakepubsub.names import TopicName
+from lakepubsub.resources.names import TopicName
 
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 

@@ -16,8 +16,8 @@ from api import convert
 from api.deps import EngineDep, json_response
 from api.models import Model
 from lakepubsub import errors
-from lakepubsub.names import SchemaName, validate_project
-from lakepubsub.schema_registry import Schema
+from lakepubsub.resources.names import SchemaName, validate_project
+from lakepubsub.schemas.registry import Schema
 
 router = APIRouter(prefix="/v1/projects/{project}", tags=["schemas"])
 

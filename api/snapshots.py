@@ -11,7 +11,7 @@ from api import convert
 from api import models as m
 from api.deps import EngineDep, json_response
 from lakepubsub import errors
-from lakepubsub.names import SnapshotName, SubscriptionName
+from lakepubsub.resources.names import SnapshotName, SubscriptionName
 
 router = APIRouter(prefix="/v1/projects/{project}", tags=["snapshots"])
 

@@ -16,7 +16,7 @@ from api import models as m
 from api.deps import EngineDep, json_response
 from lakepubsub import Engine, errors
 from lakepubsub.messages import ReceivedMessage
-from lakepubsub.names import SnapshotName, SubscriptionName
+from lakepubsub.resources.names import SnapshotName, SubscriptionName
 
 T = TypeVar("T")
 

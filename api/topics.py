@@ -14,7 +14,7 @@ from api import convert
 from api import models as m
 from api.deps import EngineDep, json_response
 from lakepubsub import Engine, errors
-from lakepubsub.names import TopicName
+from lakepubsub.resources.names import TopicName
 
 router = APIRouter(prefix="/v1/projects/{project}", tags=["topics"])
 # Publish, on its own router that the app tries first (api/app.py).

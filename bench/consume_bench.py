@@ -41,10 +41,10 @@ from jobs.common import JobContext
 from jobs.examples import hourly_counts
 from lakepubsub import Engine, Settings, constants, errors
 from lakepubsub.messages import PublishMessage
-from lakepubsub.names import SubscriptionName, TopicName
+from lakepubsub.resources.names import SubscriptionName, TopicName
+from lakepubsub.resources.subscriptions import Subscription
+from lakepubsub.resources.topics import Topic
 from lakepubsub.spark import local_session
-from lakepubsub.subscriptions import Subscription
-from lakepubsub.topics import Topic
 
 RESULTS = Path(__file__).parent / "results"
 DATA_BYTES = 1024

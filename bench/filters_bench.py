@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-from lakepubsub.filters import Filter, parse_filter, parse_label_query
+from lakepubsub.resources.filters import Filter, parse_filter, parse_label_query
 
 FILTERS = {
     "has": 'attributes:"iana.org/language_tag"',

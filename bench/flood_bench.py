@@ -48,7 +48,7 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def _stored(server: lps.LakePubSubServer, topic: str) -> int:
-    from lakepubsub.names import TopicName
+    from lakepubsub.resources.names import TopicName
 
     with server.engine() as engine:
         return engine.topic_head(TopicName.parse(topic))

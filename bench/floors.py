@@ -63,7 +63,8 @@ from api.grpc.door import SERVER_OPTIONS
 from bench import compare, gobuild, grpc_bench, peer_nats, scratch
 from bench import peer_lakepubsub as lps
 from bench import workload as w
-from lakepubsub import Engine, PublishMessage, Topic, TopicName, schemas
+from lakepubsub import Engine, PublishMessage, Topic, TopicName
+from lakepubsub._lake import table_schemas
 from lakepubsub.settings import Settings
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -321,13 +322,13 @@ def parquet_us() -> float:
         {
             "offset": [0],
             "message_id": ["0"],
-            "publish_time": pa.array([0], schemas.UTC_US),
+            "publish_time": pa.array([0], table_schemas.UTC_US),
             "data": [os.urandom(PAYLOAD_BYTES)],
-            "attributes": pa.array([[]], schemas.MESSAGES.field("attributes").type),
+            "attributes": pa.array([[]], table_schemas.MESSAGES.field("attributes").type),
             "ordering_key": [""],
             "size": [PAYLOAD_BYTES],
         },
-        schema=schemas.MESSAGES,
+        schema=table_schemas.MESSAGES,
     )
     return _best_s(lambda: pq.write_table(row, io.BytesIO())) * 1e6
 

@@ -43,11 +43,12 @@ from deltalake.transaction import AddAction
 from bench.harness.ports import free_port, wait_for_port
 from jobs import compact, truncate
 from jobs.common import FileStats, JobContext
-from lakepubsub import Engine, Settings, constants, schemas
-from lakepubsub.names import SubscriptionName, TopicName
+from lakepubsub import Engine, Settings, constants
+from lakepubsub._lake import table_schemas
+from lakepubsub.resources.names import SubscriptionName, TopicName
+from lakepubsub.resources.subscriptions import Subscription, TruncationPolicy
+from lakepubsub.resources.topics import Topic
 from lakepubsub.spark._stats import FileStats as SparkFileStats
-from lakepubsub.subscriptions import Subscription, TruncationPolicy
-from lakepubsub.topics import Topic
 
 RESULTS = Path(__file__).parent / "results"
 DATA_BYTES = 1024
@@ -132,13 +133,13 @@ def _rows(first: int, count: int, start_us: int) -> pa.Table:
             "message_id": offsets.cast(pa.string()),
             "publish_time": pa.array(
                 range(start_us + first, start_us + first + count), pa.int64()
-            ).cast(schemas.UTC_US),
+            ).cast(table_schemas.UTC_US),
             "data": data,
-            "attributes": pa.array([[("k", v)] for v in values], schemas.ATTRIBUTES),
+            "attributes": pa.array([[("k", v)] for v in values], table_schemas.ATTRIBUTES),
             "ordering_key": pa.nulls(count, pa.string()),
             "size": pa.array([DATA_BYTES + 1 + len(v) for v in values], pa.int64()),
         },
-        schema=schemas.MESSAGES,
+        schema=table_schemas.MESSAGES,
     )
 
 

@@ -716,7 +716,7 @@ def _create_subscription(
 
 def _check_stored(server: LakePubSubServer, topic: str, total: int) -> None:
     """The topic's head is ``total``: every published message is in the lake, once."""
-    from lakepubsub.names import TopicName
+    from lakepubsub.resources.names import TopicName
 
     with server.engine() as engine:
         head = engine.topic_head(TopicName.parse(topic))
@@ -726,7 +726,7 @@ def _check_stored(server: LakePubSubServer, topic: str, total: int) -> None:
 
 def _check_all_acked(server: LakePubSubServer, topic: str, subscription: str, total: int) -> None:
     """Wait until the subscription's cursor is past all ``total`` messages, none outstanding."""
-    from lakepubsub.names import SubscriptionName, TopicName
+    from lakepubsub.resources.names import SubscriptionName, TopicName
 
     with server.engine() as engine:
         if (head := engine.topic_head(TopicName.parse(topic))) != total:

@@ -43,8 +43,8 @@ import pyarrow as pa
 from bench.peer_lakepubsub import LakePubSubServer
 from bench.spark_scan import interleaved
 from lakepubsub import Engine, PublishMessage, Settings, Topic, TopicName
-from lakepubsub.names import SchemaName
-from lakepubsub.topics import SchemaSettings
+from lakepubsub.resources.names import SchemaName
+from lakepubsub.resources.topics import SchemaSettings
 
 RESULTS = Path(__file__).parent / "results"
 BATCH = 100

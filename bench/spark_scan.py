@@ -54,7 +54,7 @@ from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import DataFrame, SparkSession
 
 from bench.harness.moto_server import MotoServer
-from lakepubsub.schemas import MESSAGES
+from lakepubsub._lake.table_schemas import MESSAGES
 from lakepubsub.spark import local_session
 from lakepubsub.spark.tables import configure_storage, spark_path
 
@@ -342,9 +342,9 @@ def shell_latency(rows: int, runs: int) -> str:
     """Start-up and ``SELECT count(*)`` latency of the interactive ``lakepubsub sql``."""
     from lakepubsub import Engine, Settings
     from lakepubsub.messages import PublishMessage
-    from lakepubsub.names import TopicName
-    from lakepubsub.topic_table import MessagesTable
-    from lakepubsub.topics import Topic
+    from lakepubsub.publish.messages_table import MessagesTable
+    from lakepubsub.resources.names import TopicName
+    from lakepubsub.resources.topics import Topic
 
     load = os.getloadavg()
     command = str(Path(sys.executable).with_name("lakepubsub"))

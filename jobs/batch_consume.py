@@ -44,8 +44,8 @@ from urllib.parse import urlparse
 
 from jobs.common import FileStats, JobContext, Stopwatch
 from lakepubsub import errors
-from lakepubsub.names import SubscriptionName
-from lakepubsub.topic_table import MessagesTable
+from lakepubsub.publish.messages_table import MessagesTable
+from lakepubsub.resources.names import SubscriptionName
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

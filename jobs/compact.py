@@ -43,9 +43,9 @@ from jobs.common import (
     open_if_exists,
     retrying,
 )
-from lakepubsub import constants, errors, schemas
-from lakepubsub._lake import storage_errors
-from lakepubsub.topic_table import MessagesTable
+from lakepubsub import constants, errors
+from lakepubsub._lake import storage_errors, table_schemas
+from lakepubsub.publish.messages_table import MessagesTable
 
 log = logging.getLogger("lakepubsub.jobs.compact")
 
@@ -297,16 +297,16 @@ def _check_rows_kept(ctx: JobContext, target: Target, versions: list[int]) -> No
 def _adopt_lease_retention(table: DeltaTable, target: Target) -> None:
     """A lease table created before lease tables kept removed files an hour
     (``LEASE_FILE_RETENTION_HOURS``) gets that property now."""
-    wanted = schemas.LEASES_PROPERTIES[schemas.DELETED_FILE_RETENTION]
-    if table.metadata().configuration.get(schemas.DELETED_FILE_RETENTION) == wanted:
+    wanted = table_schemas.LEASES_PROPERTIES[table_schemas.DELETED_FILE_RETENTION]
+    if table.metadata().configuration.get(table_schemas.DELETED_FILE_RETENTION) == wanted:
         return  # the usual case: no reload for it
 
     def attempt() -> None:
         with storage_errors(target.uri):
             table.update_incremental()
-            if table.metadata().configuration.get(schemas.DELETED_FILE_RETENTION) != wanted:
+            if table.metadata().configuration.get(table_schemas.DELETED_FILE_RETENTION) != wanted:
                 table.alter.set_table_properties(
-                    {schemas.DELETED_FILE_RETENTION: wanted}, raise_if_not_exists=False
+                    {table_schemas.DELETED_FILE_RETENTION: wanted}, raise_if_not_exists=False
                 )
 
     retrying(target.kind, attempt)

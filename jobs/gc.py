@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 
 from jobs import runs
 from jobs.common import JobContext, Stopwatch, newest_change_s
-from lakepubsub import catalog, constants, errors
-from lakepubsub.names import SnapshotName, SubscriptionName
+from lakepubsub import constants, errors
+from lakepubsub.resources import catalog
+from lakepubsub.resources.names import SnapshotName, SubscriptionName
 
 log = logging.getLogger("lakepubsub.jobs.gc")
 

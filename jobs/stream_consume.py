@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 from jobs.batch_consume import VIEW, Transform, load_transform
 from jobs.common import FileStats, JobContext, Stopwatch
 from lakepubsub import errors
-from lakepubsub.names import TopicName
+from lakepubsub.resources.names import TopicName
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

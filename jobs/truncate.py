@@ -15,7 +15,7 @@
    subscription's truncation point (``Engine.truncate``): its leases below
    the point are dropped and its next pull delivers a truncation event first.
    Each truncation is appended to the truncations table
-   (``schemas.TRUNCATIONS``, view ``truncations``).
+   (``table_schemas.TRUNCATIONS``, view ``truncations``).
 2. For every topic, messages below every subscription's lowest unacknowledged
    offset, every live snapshot's, and older than the topic's retention (its
    ``messageRetentionDuration``, else 7 days: ``Topic.history_s``; and than
@@ -37,12 +37,13 @@ from deltalake import write_deltalake
 
 from jobs import runs
 from jobs.common import JobContext, Stopwatch, offset_range, retrying
-from lakepubsub import catalog, constants, errors, schemas
-from lakepubsub._lake import storage_errors
-from lakepubsub.leases import LeaseState
-from lakepubsub.subscriptions import Subscription
-from lakepubsub.topic_table import MessagesTable
-from lakepubsub.topics import Topic
+from lakepubsub import constants, errors
+from lakepubsub._lake import storage_errors, table_schemas
+from lakepubsub.delivery.leases import LeaseState
+from lakepubsub.publish.messages_table import MessagesTable
+from lakepubsub.resources import catalog
+from lakepubsub.resources.subscriptions import Subscription
+from lakepubsub.resources.topics import Topic
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -237,7 +238,7 @@ def measure(
         (s.uid, key[1])
         for s in subs
         for key in states[s.uid].rows
-        if key[0] == schemas.KIND_MESSAGE and key[1] < states[s.uid].cursor.frontier
+        if key[0] == table_schemas.KIND_MESSAGE and key[1] < states[s.uid].cursor.frontier
     ]
     if behind:  # messages out on a lease or waiting for redelivery, below the frontier
         outstanding = spark.createDataFrame(behind, "sub string, offset long").join(
@@ -313,19 +314,21 @@ def record(ctx: JobContext, truncations: list[Truncation]) -> None:
         {
             "subscription": [t.subscription for t in truncations],
             "subscription_uid": [t.subscription_uid for t in truncations],
-            "time": pa.array([t.time_us for t in truncations], pa.int64()).cast(schemas.UTC_US),
+            "time": pa.array([t.time_us for t in truncations], pa.int64()).cast(
+                table_schemas.UTC_US
+            ),
             "reason": [t.reason for t in truncations],
             "first_offset": [t.first_offset for t in truncations],
             "end_offset": [t.end_offset for t in truncations],
             "messages_dropped": [t.messages_dropped for t in truncations],
             "bytes_dropped": [t.bytes_dropped for t in truncations],
         },
-        schema=schemas.TRUNCATIONS,
+        schema=table_schemas.TRUNCATIONS,
     )
     table = lake.create(
         lake.truncations_uri,
-        schemas.TRUNCATIONS,
-        configuration=schemas.TRUNCATIONS_PROPERTIES,
+        table_schemas.TRUNCATIONS,
+        configuration=table_schemas.TRUNCATIONS_PROPERTIES,
         description="lakepubsub truncations",
     )
     with storage_errors(lake.truncations_uri):

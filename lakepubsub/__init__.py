@@ -2,16 +2,16 @@
 
 from lakepubsub.engine import Engine
 from lakepubsub.messages import Message, PublishMessage, ReceivedMessage, TruncationEvent
-from lakepubsub.names import SnapshotName, SubscriptionName, TopicName
-from lakepubsub.settings import Settings
-from lakepubsub.subscriptions import (
+from lakepubsub.resources.names import SnapshotName, SubscriptionName, TopicName
+from lakepubsub.resources.subscriptions import (
     DeadLetterPolicy,
     PushConfig,
     RetryPolicy,
     Subscription,
     TruncationPolicy,
 )
-from lakepubsub.topics import Topic
+from lakepubsub.resources.topics import Topic
+from lakepubsub.settings import Settings
 
 __all__ = [
     "DeadLetterPolicy",

@@ -46,7 +46,7 @@ CHECKPOINT_INTERVAL = "10"
 SET_TRANSACTION_RETENTION = "interval 7 days"
 LOG_RETENTION = "interval 7 days"
 # A lease table replaces a file on every commit (the cursor's at least;
-# lakepubsub/lease_table.py), and every checkpoint carries the tombstone of each
+# lakepubsub/delivery/lease_table.py), and every checkpoint carries the tombstone of each
 # file removed within delta.deletedFileRetentionDuration, which Delta defaults
 # to a week: at the latency case's ~240 lease commits a second, over a hundred
 # million rows, each checkpoint rewriting them all. Nothing reads a
@@ -155,7 +155,7 @@ S3_FLUSH_MS = 250.0
 # 5 s, $7.8 a month for a subscription that never rests.
 LOCAL_LEASE_FLUSH_MS = 0.0
 S3_LEASE_FLUSH_MS = 30_000.0
-# The intake (lakepubsub/intake.py): a topic's rows move from the intake to its
+# The intake (lakepubsub/publish/intake.py): a topic's rows move from the intake to its
 # messages table once the oldest has waited this long, or once they reach
 # INTAKE_MOVE_BYTES. A move is a commit to the topic's table (two PUTs on S3):
 # every 10 minutes, 100 topics cost a third of a PUT a second.
@@ -197,7 +197,7 @@ MAX_CONCURRENT_RPCS = 2048
 KEEP_ALIVE_S = 75
 
 # A server collects its young GC generation after this many allocations (not
-# CPython's 700; lakepubsub.heap): a pull of 5,000 messages allocates ~30,000
+# CPython's 700; lakepubsub.gc_tuning): a pull of 5,000 messages allocates ~30,000
 # objects, nearly all freed by reference counting before a collection sees them.
 GC_YOUNG_THRESHOLD = 50_000
 

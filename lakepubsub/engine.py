@@ -20,12 +20,11 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakepubsub import catalog as cat
-from lakepubsub import constants, errors, leases, schemas
-from lakepubsub._lake import Lake, settle_checkpoints
-from lakepubsub.ackids import AckId, parse_all
-from lakepubsub.batches import Batch, build, from_messages
-from lakepubsub.delivery import (
+from lakepubsub import constants, errors
+from lakepubsub._lake import Lake, settle_checkpoints, table_schemas
+from lakepubsub.delivery import leases
+from lakepubsub.delivery.ackids import AckId, parse_all
+from lakepubsub.delivery.dispatcher import (
     AckRequest,
     Dispatcher,
     FlushRequest,
@@ -34,19 +33,21 @@ from lakepubsub.delivery import (
     SeekRequest,
     TruncateRequest,
 )
-from lakepubsub.intake import Intake
-from lakepubsub.labels import validate_labels
 from lakepubsub.messages import PublishMessage, ReceivedMessage, TruncationEvent
-from lakepubsub.names import SnapshotName, SubscriptionName, TopicName, validate_project
-from lakepubsub.paging import page as _page
-from lakepubsub.peers import MEMBERS, Member, Peering, Unreachable
-from lakepubsub.publisher import TopicPublisher
-from lakepubsub.schema_registry import SchemaRegistry
+from lakepubsub.peering.peers import MEMBERS, Member, Peering, Unreachable
+from lakepubsub.publish.batches import Batch, build, from_messages
+from lakepubsub.publish.intake import Intake
+from lakepubsub.publish.messages_table import MessagesTable
+from lakepubsub.publish.publisher import TopicPublisher
+from lakepubsub.resources import catalog as cat
+from lakepubsub.resources.labels import validate_labels
+from lakepubsub.resources.names import SnapshotName, SubscriptionName, TopicName, validate_project
+from lakepubsub.resources.paging import page as _page
+from lakepubsub.resources.snapshots import SNAPSHOT_LIFETIME_US, Snapshot
+from lakepubsub.resources.subscriptions import Subscription
+from lakepubsub.resources.topics import SchemaSettings, Topic
+from lakepubsub.schemas.registry import SchemaRegistry
 from lakepubsub.settings import Settings
-from lakepubsub.snapshots import SNAPSHOT_LIFETIME_US, Snapshot
-from lakepubsub.subscriptions import Subscription
-from lakepubsub.topic_table import MessagesTable
-from lakepubsub.topics import SchemaSettings, Topic
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -69,7 +70,7 @@ class Engine:
         self._dispatchers: dict[str, Dispatcher] = {}
         self._closed = False
         # Set by a server (``lakepubsub serve``): the other API processes on this
-        # lake, and which of them commits for each topic (lakepubsub/peers.py).
+        # lake, and which of them commits for each topic (lakepubsub/peering/peers.py).
         self.peering: Peering | None = None
         self.catalog.on_commit = self._catalog_committed
         # Publishes of every topic commit together through the intake when the
@@ -346,7 +347,7 @@ class Engine:
         self.lake.create_with(
             self.lake.leases_uri(uid),
             leases.initial_rows(head, now),
-            configuration=schemas.LEASES_PROPERTIES,
+            configuration=table_schemas.LEASES_PROPERTIES,
         )
         entry = cat.Entry(
             cat.SUBSCRIPTION, sub.name.project, sub.name.id, uid, topic.uid, now, now, sub.spec()
@@ -690,11 +691,11 @@ class Engine:
             oldest_us + SNAPSHOT_LIFETIME_US,
             state.cursor.frontier,
         )
-        rows = [r for r in state.rows.values() if r.kind == schemas.KIND_MESSAGE]
+        rows = [r for r in state.rows.values() if r.kind == table_schemas.KIND_MESSAGE]
         self.lake.create_with(
             self.lake.snapshot_uri(uid),
             leases.to_arrow(rows, replace(state.cursor, next_delivery=1)),
-            configuration=schemas.LEASES_PROPERTIES,
+            configuration=table_schemas.LEASES_PROPERTIES,
         )
         entry = cat.Entry(
             cat.SNAPSHOT, name.project, name.id, uid, sub.topic_uid, now, now, snapshot.spec()

@@ -62,7 +62,7 @@ class Settings:
     worker_idle_exit_s: float = constants.WORKER_IDLE_EXIT_S
     max_inflight_requests: int = constants.MAX_INFLIGHT_REQUESTS
     max_inflight_body_bytes: int = constants.MAX_INFLIGHT_BODY_BYTES
-    # A server's young-generation GC threshold (lakepubsub.heap); 0: CPython's.
+    # A server's young-generation GC threshold (lakepubsub.gc_tuning); 0: CPython's.
     gc_young_threshold: int = constants.GC_YOUNG_THRESHOLD
     # The clock lease deadlines are measured against (tests drive it by hand).
     clock_us: Callable[[], int] = field(default=wall_clock_us, compare=False, repr=False)

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 
 from lakepubsub import errors
-from lakepubsub.batches import Batch, checked, combined
+from lakepubsub.publish.batches import Batch, checked, combined
 
 
 def three() -> list[Batch]:

@@ -15,8 +15,8 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from support import LakeSpec
 
-from lakepubsub import constants, schemas
-from lakepubsub._lake import Lake, TableLog, checkpoints, deltalog
+from lakepubsub import constants
+from lakepubsub._lake import Lake, TableLog, checkpoints, deltalog, table_schemas
 
 SCHEMA = pa.schema([pa.field("offset", pa.int64(), nullable=False), pa.field("name", pa.string())])
 
@@ -53,7 +53,7 @@ def no_background_checkpoints(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def build(
-    lake_spec: LakeSpec, properties: dict[str, str] = schemas.LEASES_PROPERTIES
+    lake_spec: LakeSpec, properties: dict[str, str] = table_schemas.LEASES_PROPERTIES
 ) -> tuple[Lake, TableLog, str]:
     """A table whose log has appends with transactions, a delete by delta-rs, a
     property change and more appends after it."""
@@ -128,9 +128,9 @@ HOUR_MS = 3_600_000
     ("properties", "retention_ms"),
     [
         # Lease tables replace a file on every commit: an hour of tombstones.
-        (schemas.LEASES_PROPERTIES, constants.LEASE_FILE_RETENTION_HOURS * HOUR_MS),
+        (table_schemas.LEASES_PROPERTIES, constants.LEASE_FILE_RETENTION_HOURS * HOUR_MS),
         # Messages tables keep Delta's default, a week.
-        (schemas.MESSAGES_PROPERTIES, checkpoints.DEFAULT_TOMBSTONE_RETENTION_MS),
+        (table_schemas.MESSAGES_PROPERTIES, checkpoints.DEFAULT_TOMBSTONE_RETENTION_MS),
     ],
     ids=["leases", "messages"],
 )

@@ -20,8 +20,8 @@ from lakepubsub import (
     Topic,
     TopicName,
 )
-from lakepubsub.leases import LeaseState
-from lakepubsub.topic_table import MessagesTable
+from lakepubsub.delivery.leases import LeaseState
+from lakepubsub.publish.messages_table import MessagesTable
 
 TOPIC = TopicName("proj", "crash")
 SUB = SubscriptionName("proj", "crash-sub")

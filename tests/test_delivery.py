@@ -18,8 +18,8 @@ from lakepubsub import (
     TopicName,
     errors,
 )
-from lakepubsub.delivery import BACKLOG_EVERY_S
-from lakepubsub.leases import LeaseState
+from lakepubsub.delivery.dispatcher import BACKLOG_EVERY_S
+from lakepubsub.delivery.leases import LeaseState
 
 TOPIC = TopicName("proj", "work")
 SUB = SubscriptionName("proj", "workers")

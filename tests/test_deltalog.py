@@ -15,8 +15,8 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError
 from support import LakeSpec
 
-from lakepubsub import errors, schemas
-from lakepubsub._lake import Lake, TableLog, deltalog
+from lakepubsub import errors
+from lakepubsub._lake import Lake, TableLog, deltalog, table_schemas
 from lakepubsub._lake.deltalog import _ceil_ms
 
 UTC_US = pa.timestamp("us", tz="UTC")
@@ -46,7 +46,7 @@ def rows(lo: int, hi: int, when_us: int = 1_700_000_000_123_456) -> pa.Table:
 def new_table(lake_spec: LakeSpec, name: str = "t") -> tuple[Lake, str]:
     lake = Lake(lake_spec.settings())
     uri = lake.uri(name)
-    lake.create(uri, SCHEMA, configuration=schemas.LEASES_PROPERTIES)
+    lake.create(uri, SCHEMA, configuration=table_schemas.LEASES_PROPERTIES)
     return lake, uri
 
 
@@ -164,20 +164,20 @@ def test_payloads_and_nested_columns_carry_no_parquet_statistics(tmp_path: Path)
     """Nobody filters on a payload: its min and max would only repeat it in the file."""
     lake_ = Lake(LakeSpec(str(tmp_path), {}).settings())
     uri = lake_.uri("messages")
-    lake_.create(uri, schemas.MESSAGES, configuration=schemas.MESSAGES_PROPERTIES)
+    lake_.create(uri, table_schemas.MESSAGES, configuration=table_schemas.MESSAGES_PROPERTIES)
     log = TableLog(lake_, uri, tracked=("offset",))
     payload = os.urandom(1024)  # incompressible
     batch = pa.table(
         {
             "offset": pa.array([7], pa.int64()),
             "message_id": ["7"],
-            "publish_time": pa.array([1_700_000_000_000_000], schemas.UTC_US),
+            "publish_time": pa.array([1_700_000_000_000_000], table_schemas.UTC_US),
             "data": [payload],
-            "attributes": pa.array([[("k", "v")]], schemas.MESSAGES.field("attributes").type),
+            "attributes": pa.array([[("k", "v")]], table_schemas.MESSAGES.field("attributes").type),
             "ordering_key": ["key"],
             "size": pa.array([1024], pa.int64()),
         },
-        schema=schemas.MESSAGES,
+        schema=table_schemas.MESSAGES,
     )
     add = log.write_file(batch)["add"]
     meta = pq.ParquetFile(log.path_of(add["path"])).metadata.row_group(0)
@@ -253,7 +253,7 @@ def test_file_statistics_are_the_same_below_and_above_the_small_table_cutoff(
             "key": pa.array([keys[i % len(keys)] for i in range(rows)], pa.string()),
             "at": pa.array(
                 [1_764_000_000_000_000 + i * 1_337 for i in range(rows)], pa.int64()
-            ).cast(schemas.UTC_US),
+            ).cast(table_schemas.UTC_US),
             "at_ns": pa.array(
                 [1_764_000_000_000_000_000 - i * 1_000 for i in range(rows)], pa.int64()
             ).cast(pa.timestamp("ns", tz="UTC")),

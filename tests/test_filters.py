@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lakepubsub.errors import InvalidArgument
-from lakepubsub.filters import (
+from lakepubsub.resources.filters import (
     And,
     Equals,
     Expression,

@@ -12,10 +12,10 @@ from support import LakeSpec
 
 from lakepubsub import Engine
 from lakepubsub.messages import PublishMessage
-from lakepubsub.names import SubscriptionName, TopicName
+from lakepubsub.resources.names import SubscriptionName, TopicName
+from lakepubsub.resources.subscriptions import Subscription
+from lakepubsub.resources.topics import Topic
 from lakepubsub.settings import Settings
-from lakepubsub.subscriptions import Subscription
-from lakepubsub.topics import Topic
 
 TOPIC = TopicName("flush", "topic")
 SUB = SubscriptionName("flush", "sub")

@@ -1,4 +1,4 @@
-"""A server's GC settings (lakepubsub.heap), each case in a process of its own:
+"""A server's GC settings (lakepubsub.gc_tuning), each case in a process of its own:
 freezing is process-wide."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from lakepubsub.settings import Settings
 
 _PROBE = """
 import gc, json, sys, weakref
-from lakepubsub import heap
+from lakepubsub import gc_tuning
 class Node:
     pass
 before = gc.get_threshold()
 start_up = [Node() for _ in range(1000)]  # made before settle: frozen
-heap.settle(int(sys.argv[1]))
+gc_tuning.settle(int(sys.argv[1]))
 frozen = gc.get_freeze_count()
 # A cycle made afterwards is still garbage the collector finds.
 a, b = Node(), Node()

@@ -21,13 +21,13 @@ from support import LakeSpec, MotoServer, start_server, stop_server
 
 from bench.harness.s3_proxy import S3Proxy
 from lakepubsub import Engine
-from lakepubsub.leases import LeaseState
+from lakepubsub.delivery.leases import LeaseState
 from lakepubsub.messages import PublishMessage
-from lakepubsub.names import SubscriptionName, TopicName
-from lakepubsub.peers import Peering
+from lakepubsub.peering.peers import Peering
+from lakepubsub.resources.names import SubscriptionName, TopicName
+from lakepubsub.resources.subscriptions import Subscription
+from lakepubsub.resources.topics import Topic
 from lakepubsub.settings import Settings
-from lakepubsub.subscriptions import Subscription
-from lakepubsub.topics import Topic
 
 pytestmark = pytest.mark.s3
 

@@ -16,12 +16,12 @@ from support import LakeSpec, MotoServer
 
 from lakepubsub import Engine, constants
 from lakepubsub._lake import Lake
-from lakepubsub.intake import RANGES_TAG, _ranges
 from lakepubsub.messages import PublishMessage
-from lakepubsub.names import SubscriptionName, TopicName
-from lakepubsub.subscriptions import Subscription
-from lakepubsub.topic_table import MessagesTable
-from lakepubsub.topics import Topic
+from lakepubsub.publish.intake import RANGES_TAG, _ranges
+from lakepubsub.publish.messages_table import MessagesTable
+from lakepubsub.resources.names import SubscriptionName, TopicName
+from lakepubsub.resources.subscriptions import Subscription
+from lakepubsub.resources.topics import Topic
 
 TOPICS = 8
 PER_TOPIC = 40
@@ -156,7 +156,7 @@ def test_two_writers_on_one_topic_never_share_an_offset(lake: LakeSpec) -> None:
 
 def test_moved_files_leave_the_intake(lake: LakeSpec, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(constants, "INTAKE_REMOVE_GRACE_S", 0.0)
-    monkeypatch.setattr("lakepubsub.intake.REMOVAL_PASS_S", 0.2)
+    monkeypatch.setattr("lakepubsub.publish.intake.REMOVAL_PASS_S", 0.2)
     settings = lake.settings(intake=True, intake_move_s=0.2)
     topic, _ = _names(0)
     with Engine(settings) as engine:

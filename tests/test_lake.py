@@ -10,8 +10,8 @@ import pytest
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
-from lakepubsub import constants, schemas
-from lakepubsub._lake import Lake
+from lakepubsub import constants
+from lakepubsub._lake import Lake, table_schemas
 from lakepubsub.settings import Settings
 
 ROW = pa.table({"n": pa.array([1], pa.int64())})
@@ -23,14 +23,14 @@ def _lake(path: Path) -> Lake:
 
 def test_local_tables_keep_a_short_log(tmp_path: Path) -> None:
     lake = _lake(tmp_path)
-    table = lake.create(lake.uri("t"), ROW.schema, configuration=schemas.LEASES_PROPERTIES)
+    table = lake.create(lake.uri("t"), ROW.schema, configuration=table_schemas.LEASES_PROPERTIES)
     properties = table.metadata().configuration
     assert properties["delta.logRetentionDuration"] == constants.LOCAL_LOG_RETENTION
     assert properties["delta.checkpointInterval"] == constants.CHECKPOINT_INTERVAL
 
 
 def test_rows_read_come_sorted_by_offset() -> None:
-    from lakepubsub.topic_table import _by_offset
+    from lakepubsub.publish.messages_table import _by_offset
 
     shuffled = pa.table(
         {"offset": pa.chunked_array([[3, 4], [1, 2]]), "d": [b"c", b"d", b"a", b"b"]}

@@ -23,7 +23,7 @@ from lakepubsub import (
     Topic,
     TopicName,
 )
-from lakepubsub.leases import LeaseState
+from lakepubsub.delivery.leases import LeaseState
 
 TOPIC = TopicName("proj", "model")
 SUB = SubscriptionName("proj", "model-sub")

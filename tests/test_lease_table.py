@@ -9,12 +9,11 @@ from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 from support import LakeSpec
 
-from lakepubsub import schemas
-from lakepubsub._lake import Lake
-from lakepubsub.ackids import AckId
+from lakepubsub._lake import Lake, table_schemas
 from lakepubsub.constants import ACTIVITY_RESOLUTION_S, US_PER_S
-from lakepubsub.lease_table import MAX_FILES, LeaseTable
-from lakepubsub.leases import LeaseState, Planner, Policy, Row, initial_rows
+from lakepubsub.delivery.ackids import AckId
+from lakepubsub.delivery.lease_table import MAX_FILES, LeaseTable
+from lakepubsub.delivery.leases import LeaseState, Planner, Policy, Row, initial_rows
 
 POLICY = Policy(tag="t", ack_deadline_s=10)
 NOW_US = 1_700_000_000_000_000
@@ -23,7 +22,9 @@ NOW_US = 1_700_000_000_000_000
 def new_table(spec: LakeSpec) -> tuple[Lake, LeaseTable]:
     lake = Lake(spec.settings())
     lake.create_with(
-        lake.leases_uri("sub"), initial_rows(0, NOW_US), configuration=schemas.LEASES_PROPERTIES
+        lake.leases_uri("sub"),
+        initial_rows(0, NOW_US),
+        configuration=table_schemas.LEASES_PROPERTIES,
     )
     return lake, LeaseTable(lake, "sub")
 
@@ -31,7 +32,7 @@ def new_table(spec: LakeSpec) -> tuple[Lake, LeaseTable]:
 def lease_new(table: LeaseTable, n: int) -> list[AckId]:
     planner = Planner(table.state(), POLICY, NOW_US)
     start = planner.cursor.frontier
-    claims = [planner.lease(Row(schemas.KIND_MESSAGE, o)) for o in range(start, start + n)]
+    claims = [planner.lease(Row(table_schemas.KIND_MESSAGE, o)) for o in range(start, start + n)]
     planner.advance(start + n)
     table.commit(planner)
     return [c.ack_id for c in claims]
@@ -101,13 +102,13 @@ def test_a_plan_that_changes_nothing_stored_still_commits_one_cursor(lake: LakeS
     lease_new(table, 3)
     planner = Planner(table.state(), POLICY, NOW_US)
     planner.hold(7, "k")  # a row made and dropped within the plan
-    planner.drop((schemas.KIND_MESSAGE, 7))
+    planner.drop((table_schemas.KIND_MESSAGE, 7))
     assert planner.dirty and not planner.cursor_changed
     version = table.version
     table.commit(planner)
     assert table.version == version + 1
     rows = delta_table(lake_, lake).to_pyarrow_table()
-    assert rows["kind"].to_pylist().count(schemas.KIND_CURSOR) == 1
+    assert rows["kind"].to_pylist().count(table_schemas.KIND_CURSOR) == 1
     assert len(matches_stored(table, lake_, lake).rows) == 3
 
 
@@ -133,7 +134,7 @@ def test_a_plan_on_a_stale_state_fails_and_changes_nothing(lake: LakeSpec) -> No
     lake_, first = new_table(lake)
     second = LeaseTable(lake_, "sub")
     stale = Planner(second.state(), POLICY, NOW_US)
-    stale.lease(Row(schemas.KIND_MESSAGE, 0))
+    stale.lease(Row(table_schemas.KIND_MESSAGE, 0))
     lease_new(first, 5)
     with pytest.raises(CommitFailedError):
         second.commit(stale)
@@ -178,7 +179,7 @@ def test_bulk_lease_of_new_messages_equals_leasing_each(lake: LakeSpec) -> None:
     one, bulk = Planner(state, policy, NOW_US), Planner(state, policy, NOW_US)
     offsets, keys = [3, 4, 7], [None, "k", None]
     each = [
-        one.lease(Row(schemas.KIND_MESSAGE, o, ordering_key=k))
+        one.lease(Row(table_schemas.KIND_MESSAGE, o, ordering_key=k))
         for o, k in zip(offsets, keys, strict=True)
     ]
     assert bulk.lease_new(offsets, keys) == each

@@ -1,4 +1,4 @@
-"""Peering (lakepubsub/peers.py): engines on one lake hand a topic's commits to its owner.
+"""Peering (lakepubsub/peering/peers.py): engines on one lake hand a topic's commits to its owner.
 
 Two engines in this process, each with its own peer server (real gRPC on
 127.0.0.1) and its membership object in the lake, as two ``lakepubsub serve``
@@ -25,10 +25,10 @@ from lakepubsub import (
     TopicName,
     metrics,
 )
-from lakepubsub.batches import from_messages
-from lakepubsub.leases import INVALID_ACK_ID
-from lakepubsub.peers import Member, Peering, Unreachable
-from lakepubsub.topic_table import MessagesTable
+from lakepubsub.delivery.leases import INVALID_ACK_ID
+from lakepubsub.peering.peers import Member, Peering, Unreachable
+from lakepubsub.publish.batches import from_messages
+from lakepubsub.publish.messages_table import MessagesTable
 
 TOPIC = TopicName("proj", "hot")
 
@@ -274,7 +274,7 @@ def test_a_restart_after_kill_9_leaves_its_dead_predecessor_out_quietly(
         dead = Member("0" * 12, "127.0.0.1", 9, "0" * 32, socket.gethostname())  # nothing listens
         engine.lake.objects.put(engine.lake.uri("peers", dead.key), b"")
         peering = Peering(engine)
-        with caplog.at_level(logging.INFO, logger="lakepubsub.peers"):
+        with caplog.at_level(logging.INFO, logger="lakepubsub.peering.peers"):
             peering.start()
         try:
             assert dead not in peering.members

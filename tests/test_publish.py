@@ -8,7 +8,7 @@ import pyarrow.compute as pc
 import pytest
 
 from lakepubsub import Engine, PublishMessage, Topic, TopicName, errors
-from lakepubsub.topic_table import MessagesTable
+from lakepubsub.publish.messages_table import MessagesTable
 
 TOPIC = TopicName("proj", "events")
 

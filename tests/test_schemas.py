@@ -12,14 +12,14 @@ import pytest
 from schemakit import PROTO, STATE, STATE_V2, avro_binary
 
 from lakepubsub import Engine, PublishMessage, Topic, TopicName, constants, errors
-from lakepubsub.names import SchemaName
-from lakepubsub.schema_codecs import compile_definition
-from lakepubsub.schema_registry import (
+from lakepubsub.resources.names import SchemaName
+from lakepubsub.resources.topics import DELETED_SCHEMA, SchemaSettings
+from lakepubsub.schemas.codecs import compile_definition
+from lakepubsub.schemas.registry import (
     ENCODING_ATTRIBUTE,
     NAME_ATTRIBUTE,
     REVISION_ATTRIBUTE,
 )
-from lakepubsub.topics import DELETED_SCHEMA, SchemaSettings
 
 STATE_V1 = STATE
 SCHEMA = SchemaName("proj", "states")
@@ -332,7 +332,7 @@ def test_binary_verdicts_match_fastavro_message_by_message() -> None:
 
 def engine_messages(engine: Engine, topic: TopicName) -> list:  # type: ignore[type-arg]
     from lakepubsub.messages import from_arrow
-    from lakepubsub.topic_table import MessagesTable
+    from lakepubsub.publish.messages_table import MessagesTable
 
     table = MessagesTable(engine.lake, engine.get_topic(topic).uid)
     return from_arrow(table.read_range(0, table.head()))

@@ -21,9 +21,9 @@ from lakepubsub import (
     Topic,
     TopicName,
 )
-from lakepubsub.ackids import AckId
-from lakepubsub.lease_table import LeaseTable
-from lakepubsub.leases import LEASE_SLACK_US, LeaseState
+from lakepubsub.delivery.ackids import AckId
+from lakepubsub.delivery.lease_table import LeaseTable
+from lakepubsub.delivery.leases import LEASE_SLACK_US, LeaseState
 
 TOPIC = TopicName("proj", "stream-leases")
 SUB = SubscriptionName("proj", "stream-leases-sub")

@@ -18,7 +18,7 @@ from lakepubsub import (
     Topic,
     TopicName,
 )
-from lakepubsub.subscriptions import DeadLetterPolicy, RetryPolicy
+from lakepubsub.resources.subscriptions import DeadLetterPolicy, RetryPolicy
 
 TOPIC = TopicName("proj", "work")
 SUB = SubscriptionName("proj", "workers")

@@ -16,8 +16,8 @@ from starlette.concurrency import run_in_threadpool
 
 from api.auth import POLICY_MAX_STALENESS_S, Authenticator
 from lakepubsub import Engine, errors
-from lakepubsub import catalog as cat
-from lakepubsub.iam import PolicyStore, Principal, Resource
+from lakepubsub.resources import catalog as cat
+from lakepubsub.resources.iam import PolicyStore, Principal, Resource
 
 # The cookie that carries the console's credential (the bearer token itself).
 COOKIE = "lakepubsub_console"

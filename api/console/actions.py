@@ -24,8 +24,8 @@ from api.console.web import (
     when,
 )
 from lakepubsub import Engine, errors
-from lakepubsub.iam import Resource
-from lakepubsub.names import SnapshotName, SubscriptionName
+from lakepubsub.resources.iam import Resource
+from lakepubsub.resources.names import SnapshotName, SubscriptionName
 
 # Form bodies larger than this are refused (a real one is under a hundred bytes).
 MAX_FORM_BYTES = 16 * 1024

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from lakepubsub import Engine, errors
 from lakepubsub.messages import Message, from_arrow
-from lakepubsub.topic_table import MessagesTable
+from lakepubsub.publish.messages_table import MessagesTable
 
 # Messages one page shows at most.
 PAGE_MESSAGES = 50

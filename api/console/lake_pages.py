@@ -25,11 +25,11 @@ from api.console.web import (
     when,
     window_of,
 )
-from lakepubsub import catalog as cat
 from lakepubsub import errors
 from lakepubsub._lake.meter import METER, SECONDS_PER_MONTH, USD_PER_1000
-from lakepubsub.iam import Resource
-from lakepubsub.names import SchemaName, SubscriptionName, TopicName
+from lakepubsub.resources import catalog as cat
+from lakepubsub.resources.iam import Resource
+from lakepubsub.resources.names import SchemaName, SubscriptionName, TopicName
 
 _US_PER_MS = 1000
 

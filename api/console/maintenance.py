@@ -3,7 +3,7 @@
 - A messages table's last compaction and last delete of old messages: the
   compaction job commits ``OPTIMIZE`` (every action ``dataChange=false``) and
   the truncation job ``DELETE`` with the predicate ``offset < N`` (it kept
-  offset N on), each with a ``commitInfo`` (``lakepubsub/topic_table.py``).
+  offset N on), each with a ``commitInfo`` (``lakepubsub/publish/messages_table.py``).
   Both remove files, so only commits after which the table's log had files
   removed are read; a table first seen is looked back through, newest commit
   first, a bounded number of commit files per sample.

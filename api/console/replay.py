@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 from lakepubsub import Engine, errors
 from lakepubsub.messages import Message, PublishMessage, ReceivedMessage
-from lakepubsub.names import SubscriptionName, TopicName
+from lakepubsub.resources.names import SubscriptionName, TopicName
 
-# What dead-lettering adds to a message (lakepubsub/delivery.py, as Pub/Sub does);
+# What dead-lettering adds to a message (lakepubsub/delivery/dispatcher.py, as Pub/Sub does);
 # a replay removes them and says where the message came from instead.
 SOURCE_SUBSCRIPTION = "CloudPubSubDeadLetterSourceSubscription"
 SOURCE_PROJECT = "CloudPubSubDeadLetterSourceSubscriptionProject"

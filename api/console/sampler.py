@@ -29,11 +29,11 @@ from api.console.tables import (
     footprint,
     leases_out,
 )
-from lakepubsub import Engine, errors, schemas
-from lakepubsub import catalog as cat
-from lakepubsub._lake import TableLog
+from lakepubsub import Engine, errors
+from lakepubsub._lake import TableLog, table_schemas
 from lakepubsub._lake.meter import METER
-from lakepubsub.leases import LeaseState
+from lakepubsub.delivery.leases import LeaseState
+from lakepubsub.resources import catalog as cat
 
 log = logging.getLogger(__name__)
 
@@ -337,7 +337,7 @@ def _subscription_point(
         backlog = last  # nothing moved: no file is looked at again
     else:
         frontier = state.cursor.frontier
-        outstanding = sorted(k[1] for k in state.rows if k[0] == schemas.KIND_MESSAGE)
+        outstanding = sorted(k[1] for k in state.rows if k[0] == table_schemas.KIND_MESSAGE)
         count = len(outstanding) + max(0, head - frontier)
         published_us = None
         if count:

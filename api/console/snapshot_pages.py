@@ -12,10 +12,10 @@ from starlette.responses import Response
 from api.console.access import Viewer
 from api.console.charts import duration
 from api.console.web import matches, page, router, sub_resource, when
-from lakepubsub import catalog as cat
-from lakepubsub.iam import Resource
-from lakepubsub.names import SnapshotName
-from lakepubsub.snapshots import Snapshot
+from lakepubsub.resources import catalog as cat
+from lakepubsub.resources.iam import Resource
+from lakepubsub.resources.names import SnapshotName
+from lakepubsub.resources.snapshots import Snapshot
 
 
 @router.get("/snapshots")

@@ -25,12 +25,13 @@ from api.console.web import (
     when,
     window_of,
 )
-from lakepubsub import catalog as cat
-from lakepubsub import errors, schemas
-from lakepubsub.iam import Resource
-from lakepubsub.leases import LEASED
-from lakepubsub.names import SnapshotName, SubscriptionName
-from lakepubsub.subscriptions import Subscription
+from lakepubsub import errors
+from lakepubsub._lake import table_schemas
+from lakepubsub.delivery.leases import LEASED
+from lakepubsub.resources import catalog as cat
+from lakepubsub.resources.iam import Resource
+from lakepubsub.resources.names import SnapshotName, SubscriptionName
+from lakepubsub.resources.subscriptions import Subscription
 
 # Leases listed on a subscription's page at most.
 SHOWN_LEASES = 20
@@ -113,7 +114,7 @@ async def subscription(request: Request, project: str, subscription: str) -> Res
                 (
                     r
                     for (kind, _), r in lease_state.rows.items()
-                    if kind == schemas.KIND_MESSAGE
+                    if kind == table_schemas.KIND_MESSAGE
                     and r.state == LEASED
                     and r.deadline_us > now * 1e6
                 ),

@@ -17,11 +17,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from lakepubsub import schemas
-from lakepubsub._lake import Lake, TableLog, storage_errors
-from lakepubsub.leases import LEASED, LeaseState
+from lakepubsub._lake import Lake, TableLog, storage_errors, table_schemas
+from lakepubsub.delivery.leases import LEASED, LeaseState
 from lakepubsub.messages import TruncationEvent
-from lakepubsub.topic_table import Overlay
+from lakepubsub.publish.messages_table import Overlay
 
 # Truncations the console keeps per subscription from the truncation log.
 KEEP_TRUNCATIONS = 20
@@ -227,9 +226,11 @@ class LeaseReader:
                 for path in live:
                     if path not in self._files:
                         rows = pq.read_table(self.log.open_file(path))
-                        self._files[path] = rows.select(schemas.LEASES.names).cast(schemas.LEASES)
+                        self._files[path] = rows.select(table_schemas.LEASES.names).cast(
+                            table_schemas.LEASES
+                        )
             parts = list(self._files.values())
-            table = pa.concat_tables(parts) if parts else schemas.LEASES.empty_table()
+            table = pa.concat_tables(parts) if parts else table_schemas.LEASES.empty_table()
             self._state = LeaseState.from_arrow(table, self.log.version)
         return self._state
 
@@ -239,7 +240,7 @@ def leases_out(state: LeaseState, now_us: int) -> int:
     return sum(
         1
         for (kind, _), row in state.rows.items()
-        if kind == schemas.KIND_MESSAGE and row.state == LEASED and row.deadline_us > now_us
+        if kind == table_schemas.KIND_MESSAGE and row.state == LEASED and row.deadline_us > now_us
     )
 
 
@@ -305,7 +306,7 @@ def pending_events(state: LeaseState) -> list[Truncation]:
     """Truncation events a subscription holds for its next pulls (not acknowledged yet)."""
     out = []
     for (kind, _), row in sorted(state.rows.items()):
-        if kind == schemas.KIND_EVENT and row.event:
+        if kind == table_schemas.KIND_EVENT and row.event:
             event = TruncationEvent.from_json(orjson.loads(row.event))
             out.append(
                 Truncation(

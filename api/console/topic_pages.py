@@ -29,11 +29,11 @@ from api.console.web import (
     when,
     window_of,
 )
-from lakepubsub import catalog as cat
 from lakepubsub import errors
-from lakepubsub.iam import Resource
-from lakepubsub.names import TopicName
-from lakepubsub.topics import Topic
+from lakepubsub.resources import catalog as cat
+from lakepubsub.resources.iam import Resource
+from lakepubsub.resources.names import TopicName
+from lakepubsub.resources.topics import Topic
 
 
 @router.get("")

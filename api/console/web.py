@@ -27,8 +27,8 @@ from api.console import browse
 from api.console.access import COOKIE, Viewer, viewer
 from api.console.sampler import SAMPLE_INTERVAL_S, WINDOW_S, Sampler
 from lakepubsub import Engine, errors
-from lakepubsub import catalog as cat
-from lakepubsub.iam import Resource
+from lakepubsub.resources import catalog as cat
+from lakepubsub.resources.iam import Resource
 
 ROOT = "/console"
 # How often an open page fetches its changing part again.

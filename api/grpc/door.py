@@ -31,8 +31,8 @@ from api import auth
 from api.errors import invalid_request, rpc_status
 from api.grpc.streams import Streams
 from lakepubsub import constants, errors
-from lakepubsub.iam import Principal
-from lakepubsub.names import validate_project
+from lakepubsub.resources.iam import Principal
+from lakepubsub.resources.names import validate_project
 
 log = logging.getLogger(__name__)
 # One line per call, as uvicorn logs each REST request (``lakepubsub serve``

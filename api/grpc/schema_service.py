@@ -17,7 +17,7 @@ from api import schemas
 from api.grpc.door import Call, GrpcDoor, Handler, as_dict, from_json, project_of, validated
 from api.grpc.wire import pb
 from api.models import Model
-from lakepubsub.schema_registry import parse_revision_name
+from lakepubsub.schemas.registry import parse_revision_name
 
 SCHEMA_SERVICE = "google.pubsub.v1.SchemaService"
 

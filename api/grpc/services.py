@@ -36,9 +36,10 @@ from api.grpc.door import (
 from api.grpc.schema_service import METHODS as SCHEMA_METHODS
 from api.grpc.streaming import streaming_pull_handler
 from api.grpc.wire import add_received, pb, subscription_name, topic_name
-from lakepubsub import batches, errors
-from lakepubsub.iam import Resource
-from lakepubsub.names import SnapshotName, SubscriptionName, TopicName
+from lakepubsub import errors
+from lakepubsub.publish import batches
+from lakepubsub.resources.iam import Resource
+from lakepubsub.resources.names import SnapshotName, SubscriptionName, TopicName
 
 # The raw protobuf classes (faster than their proto-plus wrappers).
 Topic = pb(ps.Topic)

@@ -41,8 +41,8 @@ from api.grpc.streams import UNKNOWN as _UNKNOWN
 from api.grpc.wire import add_received, subscription_name
 from api.subscriptions import start_pull
 from lakepubsub import Engine, SubscriptionName, constants, errors
-from lakepubsub.ackids import AckId
-from lakepubsub.leases import INVALID_ACK_ID, LEASE_SLACK_US
+from lakepubsub.delivery.ackids import AckId
+from lakepubsub.delivery.leases import INVALID_ACK_ID, LEASE_SLACK_US
 from lakepubsub.messages import ReceivedMessage
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from google.protobuf.message import Message
 
 from api import convert
 from lakepubsub.messages import ReceivedMessage
-from lakepubsub.names import SubscriptionName, TopicName
+from lakepubsub.resources.names import SubscriptionName, TopicName
 
 
 def pb(wrapper: Any) -> type[Message]:

@@ -219,14 +219,14 @@ def _log_config(log_level: str, grpc_access: str) -> dict[str, Any]:
 def push_command(ctx: click.Context) -> None:
     """Run push delivery only, on the lake (--lake): add processes to scale out."""
     # [push integration, issue 7] every setting is read from LAKEPUBSUB_PUSH_*.
-    from lakepubsub import Engine, Settings, heap
+    from lakepubsub import Engine, Settings, gc_tuning
     from lakepubsub.push import run_forever
 
     lake = check_lake(ctx.ensure_object(dict)["lake"])
     os.environ["LAKEPUBSUB_LAKE"] = lake
     click.echo(f"lakepubsub: push delivery for lake {lake}")
     engine = Engine(Settings.from_env())
-    heap.settle(engine.settings.gc_young_threshold)
+    gc_tuning.settle(engine.settings.gc_young_threshold)
     run_forever(engine)
 
 

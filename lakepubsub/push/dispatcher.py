@@ -35,7 +35,7 @@ from lakepubsub.push.flow import FlowControl, Outcome, Ticket
 from lakepubsub.push.oidc import Signer, generate_pem
 from lakepubsub.push.safety import Endpoint, UnsafeEndpoint, parse_endpoint
 from lakepubsub.push.settings import PushSettings
-from lakepubsub.subscriptions import Subscription
+from lakepubsub.resources.subscriptions import Subscription
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from pybase64 import b64encode_as_string  # SIMD base64 (see api/convert.py)
 
 import lakepubsub
 from lakepubsub.messages import ReceivedMessage, TruncationEvent
-from lakepubsub.subscriptions import Subscription
+from lakepubsub.resources.subscriptions import Subscription
 
 USER_AGENT = f"lakepubsub-push/{lakepubsub.__version__}"
 # Attributes of a truncation event, as pull responses show them to clients

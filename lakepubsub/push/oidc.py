@@ -25,8 +25,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
-from lakepubsub import catalog as cat
 from lakepubsub import errors
+from lakepubsub.resources import catalog as cat
 
 KEY_KIND = "push-key"
 KEY_PROJECT = "_"

@@ -31,7 +31,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
-from lakepubsub.names import TopicName
+from lakepubsub.resources.names import TopicName
 from lakepubsub.settings import Settings
 from lakepubsub.spark.tables import DELTA, configure_storage, spark_path
 
@@ -95,7 +95,7 @@ def filter_column(text: str) -> Column:
     as the API matches (a plain Python UDF: Arrow UDFs would need pandas on executors)."""
     from pyspark.sql.functions import udf
 
-    from lakepubsub.subscriptions import parse_subscription_filter
+    from lakepubsub.resources.subscriptions import parse_subscription_filter
 
     parse_subscription_filter(text)  # a bad filter fails here, not in a task
     compiled: dict[str, Any] = {}

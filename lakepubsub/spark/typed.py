@@ -32,10 +32,10 @@ from pyspark.sql.avro.functions import from_avro
 
 from lakepubsub import errors
 from lakepubsub.engine import Engine
-from lakepubsub.names import SchemaName
-from lakepubsub.schema_codecs import AVRO, compile_definition
-from lakepubsub.schema_registry import ENCODING_ATTRIBUTE, REVISION_ATTRIBUTE
-from lakepubsub.topics import Topic
+from lakepubsub.resources.names import SchemaName
+from lakepubsub.resources.topics import Topic
+from lakepubsub.schemas.codecs import AVRO, compile_definition
+from lakepubsub.schemas.registry import ENCODING_ATTRIBUTE, REVISION_ATTRIBUTE
 
 log = logging.getLogger(__name__)
 

@@ -51,15 +51,16 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as sf
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from lakepubsub import constants, errors, schemas
+from lakepubsub import constants, errors
+from lakepubsub._lake import table_schemas
+from lakepubsub.delivery.leases import LEASED, WAITING, LeaseState
 from lakepubsub.engine import Engine
-from lakepubsub.leases import LEASED, WAITING, LeaseState
+from lakepubsub.resources.subscriptions import Subscription
+from lakepubsub.resources.topics import Topic
 from lakepubsub.settings import Settings
 from lakepubsub.spark.session import register_source
 from lakepubsub.spark.tables import pinned_version, read_table, spark_path
 from lakepubsub.spark.typed import ERRORS_VIEW, TYPED_SUFFIX, errors_frame, typed_frame
-from lakepubsub.subscriptions import Subscription
-from lakepubsub.topics import Topic
 
 log = logging.getLogger(__name__)
 
@@ -275,7 +276,7 @@ def _backlog(spark: SparkSession, topic: DataFrame, state: LeaseState) -> DataFr
             _time(r.deadline_us) if r.state == LEASED else None,
         )
         for r in state.rows.values()
-        if r.kind == schemas.KIND_MESSAGE
+        if r.kind == table_schemas.KIND_MESSAGE
     ]
     leases = spark.createDataFrame(rows, _LEASES_SCHEMA)
     behind = [r[0] for r in rows if r[0] < frontier]
@@ -294,7 +295,7 @@ def _truncations(spark: SparkSession, engine: Engine) -> DataFrame:
     lake = engine.lake
     if lake.exists(lake.truncations_uri):
         return read_table(spark, lake.truncations_uri, storage_options=lake.storage_options)
-    return spark.createDataFrame([], from_arrow_schema(schemas.TRUNCATIONS))
+    return spark.createDataFrame([], from_arrow_schema(table_schemas.TRUNCATIONS))
 
 
 def _offset_range(table: DeltaTable) -> tuple[int, int]:

@@ -21,8 +21,8 @@ from support import LakeSpec, Server, start_server, stop_server
 from api.app import create_app
 from api.fast import FastRoutes
 from lakepubsub import Engine, Settings
-from lakepubsub.names import TopicName
-from lakepubsub.topics import Topic
+from lakepubsub.resources.names import TopicName
+from lakepubsub.resources.topics import Topic
 
 P = "/v1/projects/demo"
 HERE = Path(__file__).parent

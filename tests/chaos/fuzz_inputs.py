@@ -105,13 +105,14 @@ def filter_fuzz(*, examples: int, seed: int = 11) -> Outcome:
     everything else must be rejected with InvalidArgument."""
     import pyarrow as pa
 
-    from lakepubsub import errors, schemas
-    from lakepubsub.filters import parse_filter, parse_label_query
+    from lakepubsub import errors
+    from lakepubsub._lake import table_schemas
+    from lakepubsub.resources.filters import parse_filter, parse_label_query
 
     out = Outcome()
     rng = random.Random(seed)
     maps = [{k: rng.choice(VALUES) for k in rng.sample(KEYS, rng.randint(0, 4))} for _ in range(40)]
-    column = pa.array([list(m.items()) or None for m in maps], schemas.ATTRIBUTES)
+    column = pa.array([list(m.items()) or None for m in maps], table_schemas.ATTRIBUTES)
     for _ in range(examples):
         tree = random_tree(rng)
         text = render(tree)

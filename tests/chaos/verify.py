@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from lakepubsub import Engine, Settings, SubscriptionName, TopicName
-from lakepubsub.topic_table import MessagesTable
+from lakepubsub.publish.messages_table import MessagesTable
 from tests.chaos.known import explain
 from tests.chaos.servers import Lake
 from tests.chaos.workload import PROJECT

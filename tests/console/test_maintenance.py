@@ -16,12 +16,12 @@ from api.console.sampler import Sampler
 from jobs import compact, gc, truncate
 from jobs.common import JobContext
 from lakepubsub import Engine
-from lakepubsub import catalog as cat
 from lakepubsub.messages import PublishMessage
-from lakepubsub.names import SubscriptionName, TopicName
+from lakepubsub.resources import catalog as cat
+from lakepubsub.resources.names import SubscriptionName, TopicName
+from lakepubsub.resources.subscriptions import Subscription
+from lakepubsub.resources.topics import Topic
 from lakepubsub.settings import wall_clock_us
-from lakepubsub.subscriptions import Subscription
-from lakepubsub.topics import Topic
 
 TOPIC = TopicName("demo", "orders")
 SUB = SubscriptionName("demo", "orders-sub")

@@ -10,11 +10,11 @@ from api.console import browse
 from api.console.sampler import Sampler, SubscriptionPoint, TopicPoint
 from api.console.tables import pending_events
 from lakepubsub import Engine
-from lakepubsub import catalog as cat
 from lakepubsub.messages import PublishMessage
-from lakepubsub.names import SubscriptionName, TopicName
-from lakepubsub.subscriptions import Subscription
-from lakepubsub.topics import Topic
+from lakepubsub.resources import catalog as cat
+from lakepubsub.resources.names import SubscriptionName, TopicName
+from lakepubsub.resources.subscriptions import Subscription
+from lakepubsub.resources.topics import Topic
 
 TOPIC = TopicName("demo", "orders")
 SUB = SubscriptionName("demo", "orders-sub")

@@ -11,9 +11,9 @@ import pytest
 from api.console import replay
 from lakepubsub import Engine, errors
 from lakepubsub.messages import PublishMessage, ReceivedMessage
-from lakepubsub.names import SubscriptionName, TopicName
-from lakepubsub.subscriptions import DeadLetterPolicy, Subscription
-from lakepubsub.topics import Topic
+from lakepubsub.resources.names import SubscriptionName, TopicName
+from lakepubsub.resources.subscriptions import DeadLetterPolicy, Subscription
+from lakepubsub.resources.topics import Topic
 
 TOPIC, DEAD = TopicName("demo", "orders"), TopicName("demo", "orders-dead")
 SUB, OTHER = SubscriptionName("demo", "orders-sub"), SubscriptionName("demo", "orders-x")

@@ -28,8 +28,8 @@ from grpckit import Names, Serve, start_serve, stop_serve, wait_until
 from support import LakeSpec, free_port
 
 from lakepubsub import Engine
-from lakepubsub.lease_table import LeaseTable
-from lakepubsub.names import SubscriptionName
+from lakepubsub.delivery.lease_table import LeaseTable
+from lakepubsub.resources.names import SubscriptionName
 
 
 class Ledger:

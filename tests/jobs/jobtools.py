@@ -16,7 +16,7 @@ from support import LakeSpec
 from jobs.common import JobContext
 from lakepubsub import Engine
 from lakepubsub.messages import PublishMessage
-from lakepubsub.names import SubscriptionName, TopicName
+from lakepubsub.resources.names import SubscriptionName, TopicName
 from lakepubsub.settings import wall_clock_us
 
 PROJECT = "proj"

@@ -15,8 +15,8 @@ from jobs import batch_consume
 from jobs.examples import hourly_counts
 from lakepubsub import Engine
 from lakepubsub.messages import PublishMessage
-from lakepubsub.subscriptions import Subscription
-from lakepubsub.topics import Topic
+from lakepubsub.resources.subscriptions import Subscription
+from lakepubsub.resources.topics import Topic
 
 EXAMPLE = "jobs.examples.hourly_counts:transform"
 

@@ -15,8 +15,8 @@ from support import LakeSpec
 
 from jobs.cli import jobs
 from lakepubsub import Engine
-from lakepubsub.subscriptions import Subscription, TruncationPolicy
-from lakepubsub.topics import Topic
+from lakepubsub.resources.subscriptions import Subscription, TruncationPolicy
+from lakepubsub.resources.topics import Topic
 
 ROOT = Path(__file__).parents[2]
 

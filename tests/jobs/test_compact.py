@@ -24,10 +24,10 @@ from pyspark.sql import SparkSession
 from support import LakeSpec
 
 from jobs import compact
-from lakepubsub import Engine, constants, schemas
-from lakepubsub._lake import checkpoints, deltalog
-from lakepubsub.subscriptions import Subscription
-from lakepubsub.topics import Topic
+from lakepubsub import Engine, constants
+from lakepubsub._lake import checkpoints, deltalog, table_schemas
+from lakepubsub.resources.subscriptions import Subscription
+from lakepubsub.resources.topics import Topic
 
 
 @pytest.fixture
@@ -193,10 +193,10 @@ def test_older_lease_tables_adopt_the_hour(
     with Engine(local_lake.settings()) as engine:
         topic = engine.create_topic(Topic(topic_name("older")))
         with monkeypatch.context() as m:
-            m.setattr(schemas, "LEASES_PROPERTIES", schemas.CATALOG_PROPERTIES)
+            m.setattr(table_schemas, "LEASES_PROPERTIES", table_schemas.CATALOG_PROPERTIES)
             sub = engine.create_subscription(Subscription(sub_name("older-sub"), topic.name))
         uri = engine.lake.leases_uri(sub.uid)
-        assert schemas.DELETED_FILE_RETENTION not in DeltaTable(uri).metadata().configuration
+        assert table_schemas.DELETED_FILE_RETENTION not in DeltaTable(uri).metadata().configuration
         offsets = publish_batches(engine, topic.name, batches=2, per_batch=3)
         held = engine.pull(sub.name, max_messages=3, return_immediately=True)
         assert len(held) == 3
@@ -211,7 +211,7 @@ def test_older_lease_tables_adopt_the_hour(
         assert next(t for t in report.tables if t.kind == "leases").status == "ok"
         configuration = DeltaTable(uri).metadata().configuration
         wanted = f"interval {constants.LEASE_FILE_RETENTION_HOURS} hours"
-        assert configuration[schemas.DELETED_FILE_RETENTION] == wanted
+        assert configuration[table_schemas.DELETED_FILE_RETENTION] == wanted
         # Leases taken before the job are acknowledged after it, and nothing is lost.
         engine.acknowledge(sub.name, [r.ack_id for r in held])
         rest: set[int] = set()

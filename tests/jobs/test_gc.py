@@ -13,9 +13,9 @@ from support import LakeSpec, MotoServer
 
 from jobs import gc
 from lakepubsub import Engine, errors
-from lakepubsub.names import SnapshotName, SubscriptionName
-from lakepubsub.subscriptions import Subscription
-from lakepubsub.topics import Topic
+from lakepubsub.resources.names import SnapshotName, SubscriptionName
+from lakepubsub.resources.subscriptions import Subscription
+from lakepubsub.resources.topics import Topic
 
 DAY_S = 24 * 3600
 HOUR_S = 3600

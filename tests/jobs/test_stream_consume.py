@@ -23,10 +23,10 @@ from jobs.cli import scheduled_tasks
 from jobs.examples import hourly_counts
 from lakepubsub import Engine
 from lakepubsub.messages import PublishMessage
+from lakepubsub.publish.messages_table import MessagesTable
+from lakepubsub.resources.topics import Topic
 from lakepubsub.scheduler import NullProgress, ScheduleSettings
 from lakepubsub.spark.tables import spark_path
-from lakepubsub.topic_table import MessagesTable
-from lakepubsub.topics import Topic
 
 COPY = "SELECT offset, message_id, data FROM messages"
 # Publishes (20 messages each, 0.1 s apart) racing one run.

@@ -20,9 +20,9 @@ from support import LakeSpec
 from jobs import truncate
 from lakepubsub import Engine
 from lakepubsub.constants import FOREVER_RETENTION_S
-from lakepubsub.names import SnapshotName, SubscriptionName
-from lakepubsub.subscriptions import Subscription, TruncationPolicy
-from lakepubsub.topics import Topic
+from lakepubsub.resources.names import SnapshotName, SubscriptionName
+from lakepubsub.resources.subscriptions import Subscription, TruncationPolicy
+from lakepubsub.resources.topics import Topic
 
 SIZE = 103  # 100 bytes of data plus attribute "k" = "vN"
 DAY_S = 24 * 3600

@@ -23,10 +23,10 @@ from jobs.cli import sql
 from lakepubsub import Engine, errors
 from lakepubsub._lake.deltalog import settle_checkpoints
 from lakepubsub.messages import PublishMessage
-from lakepubsub.names import SubscriptionName, TopicName
+from lakepubsub.resources.names import SubscriptionName, TopicName
+from lakepubsub.resources.subscriptions import Subscription, TruncationPolicy
+from lakepubsub.resources.topics import Topic
 from lakepubsub.spark.views import register, view_name
-from lakepubsub.subscriptions import Subscription, TruncationPolicy
-from lakepubsub.topics import Topic
 
 DOCS = Path(__file__).parents[2] / "docs" / "spark.md"
 REGIONS = ("eu", "us")

@@ -13,12 +13,12 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from lakepubsub import errors
 from lakepubsub.messages import Message, ReceivedMessage, TruncationEvent
-from lakepubsub.names import SubscriptionName, TopicName
 from lakepubsub.push import envelope
 from lakepubsub.push.oidc import Signer, generate_pem
 from lakepubsub.push.safety import Guard, UnsafeEndpoint, parse_endpoint
 from lakepubsub.push.settings import PushSettings
-from lakepubsub.subscriptions import DeadLetterPolicy, PushConfig, Subscription
+from lakepubsub.resources.names import SubscriptionName, TopicName
+from lakepubsub.resources.subscriptions import DeadLetterPolicy, PushConfig, Subscription
 
 
 def check(url: str, **settings: object) -> None:

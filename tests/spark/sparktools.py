@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-from lakepubsub.schemas import MESSAGES
+from lakepubsub._lake.table_schemas import MESSAGES
 
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 # Messages per file and files per table: small, but enough files to see pruning.

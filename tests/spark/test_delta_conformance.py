@@ -32,11 +32,11 @@ from lakepubsub import Engine, constants, errors
 from lakepubsub._lake import Lake
 from lakepubsub._lake.deltalog import settle_checkpoints
 from lakepubsub.messages import PublishMessage
-from lakepubsub.names import SnapshotName, SubscriptionName, TopicName
+from lakepubsub.publish.messages_table import MessagesTable
+from lakepubsub.resources.names import SnapshotName, SubscriptionName, TopicName
+from lakepubsub.resources.subscriptions import Subscription, TruncationPolicy
+from lakepubsub.resources.topics import Topic
 from lakepubsub.spark.tables import pinned_version, read_table, spark_path
-from lakepubsub.subscriptions import Subscription, TruncationPolicy
-from lakepubsub.topic_table import MessagesTable
-from lakepubsub.topics import Topic
 
 PROJECT = "conf"
 
@@ -284,7 +284,7 @@ def test_the_intake_table(
         intake = engine.intake
         assert intake is not None
         intake.move_all()
-        monkeypatch.setattr("lakepubsub.intake.REMOVAL_PASS_S", 0.0)
+        monkeypatch.setattr("lakepubsub.publish.intake.REMOVAL_PASS_S", 0.0)
         with intake._work:
             intake._remove_moved(time.monotonic())  # the first pass starts the grace (0 s)
             intake._remove_moved(time.monotonic())

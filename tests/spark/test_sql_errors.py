@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from lakepubsub import Engine, PublishMessage, Settings, Topic, TopicName
-from lakepubsub.names import SchemaName
+from lakepubsub.resources.names import SchemaName
+from lakepubsub.resources.topics import SchemaSettings
 from lakepubsub.spark import jars
 from lakepubsub.spark.shell import LINE_BREAK, keep_statement
-from lakepubsub.topics import SchemaSettings
 
 LAKEPUBSUB = str(Path(sys.executable).with_name("lakepubsub"))
 PROTO = 'syntax = "proto3";\nmessage State {\n  string name = 1;\n}\n'

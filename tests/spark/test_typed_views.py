@@ -14,9 +14,9 @@ from schemakit import STATE, STATE_V2, avro_binary
 from support import LakeSpec
 
 from lakepubsub import Engine, PublishMessage, Topic, TopicName
-from lakepubsub.names import SchemaName
+from lakepubsub.resources.names import SchemaName
+from lakepubsub.resources.topics import SchemaSettings
 from lakepubsub.spark.views import register
-from lakepubsub.topics import SchemaSettings
 
 DOCS = Path(__file__).parents[2] / "docs" / "spark.md"
 # Revision 3 adds one more field; it is deleted after two messages used it.

@@ -27,13 +27,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakepubsub import catalog as cat
-from lakepubsub import constants, errors, schemas
-from lakepubsub.batches import Batch
-from lakepubsub.names import SchemaName, TopicName, validate_project
-from lakepubsub.paging import page
-from lakepubsub.schema_codecs import ENCODINGS, Compiled, check_revision, compile_definition
-from lakepubsub.topics import DELETED_SCHEMA, SchemaSettings
+from lakepubsub import constants, errors
+from lakepubsub._lake import table_schemas
+from lakepubsub.publish.batches import Batch
+from lakepubsub.resources import catalog as cat
+from lakepubsub.resources.names import SchemaName, TopicName, validate_project
+from lakepubsub.resources.paging import page
+from lakepubsub.resources.topics import DELETED_SCHEMA, SchemaSettings
+from lakepubsub.schemas.codecs import ENCODINGS, Compiled, check_revision, compile_definition
 
 SCHEMA = "schema"
 REVISION = "schema-revision"
@@ -441,7 +442,7 @@ def _with_attributes(batch: Batch, settings: SchemaSettings, revisions: list[str
                 (REVISION_ATTRIBUTE, revision),
             ]
             rows.append(kept)
-        merged = pa.array(rows, schemas.ATTRIBUTES)
+        merged = pa.array(rows, table_schemas.ATTRIBUTES)
     if one_revision:
         each = fixed + len(revisions[0])
         sizes = pc.add(columns.column("size"), pa.scalar(each, pa.int64()))

@@ -16,9 +16,9 @@ A bare key means "has the label". Labels are message attributes, so ``k in (a, b
 
 from __future__ import annotations
 
-from lakepubsub._filters.nodes import And, Equals, Expression, Has, Not, NotEquals, Or
-from lakepubsub._filters.parser import MAX_NESTING
-from lakepubsub._filters.scanner import QUOTES, WHITESPACE, Scanner
+from lakepubsub.resources._filters.nodes import And, Equals, Expression, Has, Not, NotEquals, Or
+from lakepubsub.resources._filters.parser import MAX_NESTING
+from lakepubsub.resources._filters.scanner import QUOTES, WHITESPACE, Scanner
 
 _KEY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_./")
 _VALUE_STOP = WHITESPACE | QUOTES | frozenset(",()=!")

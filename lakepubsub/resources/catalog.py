@@ -19,8 +19,8 @@ import orjson
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable
 
-from lakepubsub import errors, metrics, schemas
-from lakepubsub._lake import Lake, storage_errors
+from lakepubsub import errors, metrics
+from lakepubsub._lake import Lake, storage_errors, table_schemas
 from lakepubsub.retry import optimistic
 
 T = TypeVar("T")
@@ -106,7 +106,7 @@ class Catalog:
                 return self._lake.open(uri)
             try:
                 return self._lake.create(
-                    uri, schemas.CATALOG, configuration=schemas.CATALOG_PROPERTIES
+                    uri, table_schemas.CATALOG, configuration=table_schemas.CATALOG_PROPERTIES
                 )
             except errors.Unavailable:  # another process created it at the same moment
                 time.sleep(0.05)
@@ -199,9 +199,9 @@ class Catalog:
 
 
 _SOURCE = pa.schema(
-    [pa.field("op", pa.string()), *(f.with_nullable(True) for f in schemas.CATALOG)]
+    [pa.field("op", pa.string()), *(f.with_nullable(True) for f in table_schemas.CATALOG)]
 )
-_UPDATES = {f.name: f"s.{f.name}" for f in schemas.CATALOG}
+_UPDATES = {f.name: f"s.{f.name}" for f in table_schemas.CATALOG}
 
 
 def _row(op: str, entry: Entry) -> dict[str, Any]:

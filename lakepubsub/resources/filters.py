@@ -34,8 +34,8 @@ from functools import cached_property
 from typing import Any
 
 from lakepubsub import errors
-from lakepubsub._filters import evaluation, label_query, parser
-from lakepubsub._filters.nodes import (
+from lakepubsub.resources._filters import evaluation, label_query, parser
+from lakepubsub.resources._filters.nodes import (
     And,
     Equals,
     Expression,

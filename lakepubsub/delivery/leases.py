@@ -21,8 +21,9 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
-from lakepubsub import constants, schemas
-from lakepubsub.ackids import AckId
+from lakepubsub import constants
+from lakepubsub._lake import table_schemas
+from lakepubsub.delivery.ackids import AckId
 
 Key = tuple[int, int]  # kind, offset
 
@@ -37,7 +38,7 @@ INVALID_ACK_ID = "PERMANENT_FAILURE_INVALID_ACK_ID"
 # stream or long poll ended before they were written): ``Planner.release``.
 RELEASE = -1
 
-CURSOR_KEY: Key = (schemas.KIND_CURSOR, 0)
+CURSOR_KEY: Key = (table_schemas.KIND_CURSOR, 0)
 # StreamingPull leases run this much past the deadline the stream asked for
 # (``Policy.lease_slack_us``). Google's clients send a deadline change for every
 # message they receive (the "receipt modack"), asking for the same deadline a
@@ -45,7 +46,7 @@ CURSOR_KEY: Key = (schemas.KIND_CURSOR, 0)
 # longer, is left as it is, so those changes cost no lease-table write. A
 # client that dies is redelivered to this much later.
 LEASE_SLACK_US = 2 * constants.US_PER_S
-# The cursor row's own columns, after the row columns (schemas.LEASES).
+# The cursor row's own columns, after the row columns (table_schemas.LEASES).
 _CURSOR_FIELDS = ("frontier", "next_delivery", "next_event", "active_us")
 # Builds a named tuple from a tuple of its fields, without argument handling.
 _new = tuple.__new__
@@ -91,7 +92,7 @@ class LeaseState:
     @classmethod
     def from_arrow(cls, table: pa.Table, version: int) -> LeaseState:
         kinds = table.column("kind").to_pylist()
-        at = kinds.index(schemas.KIND_CURSOR) if schemas.KIND_CURSOR in kinds else -1
+        at = kinds.index(table_schemas.KIND_CURSOR) if table_schemas.KIND_CURSOR in kinds else -1
         if at < 0:
             raise ValueError("lease table has no cursor row")
         cursor = Cursor(*(table.column(name)[at].as_py() for name in _CURSOR_FIELDS))
@@ -99,17 +100,17 @@ class LeaseState:
         rows = {
             (r[0], r[1]): _new(Row, r)
             for r in zip(*columns, strict=True)
-            if r[0] != schemas.KIND_CURSOR
+            if r[0] != table_schemas.KIND_CURSOR
         }
         return cls(version, cursor, rows)
 
     def floor(self) -> int:
         """The lowest unacknowledged offset (the frontier when none is outstanding)."""
-        offsets = [k[1] for k in self.rows if k[0] == schemas.KIND_MESSAGE]
+        offsets = [k[1] for k in self.rows if k[0] == table_schemas.KIND_MESSAGE]
         return min(offsets, default=self.cursor.frontier)
 
     def outstanding(self) -> int:
-        return sum(1 for k in self.rows if k[0] == schemas.KIND_MESSAGE)
+        return sum(1 for k in self.rows if k[0] == table_schemas.KIND_MESSAGE)
 
     def earliest_due_us(self) -> int:
         """No stored row is deliverable before this time (a lower bound: back-off is
@@ -137,12 +138,12 @@ def to_arrow(rows: Iterable[Row], cursor: Cursor | None, ops: list[str] | None =
     columns += [[None] * count for _ in _CURSOR_FIELDS]
     if cursor is not None:
         for column, value in zip(
-            columns, (schemas.KIND_CURSOR, 0, 0, 0, 0, 0, None, None), strict=False
+            columns, (table_schemas.KIND_CURSOR, 0, 0, 0, 0, 0, None, None), strict=False
         ):
             column.append(value)
         for column, name in zip(columns[len(Row._fields) :], _CURSOR_FIELDS, strict=True):
             column.append(getattr(cursor, name))
-    table = pa.table(columns, schema=schemas.LEASES)
+    table = pa.table(columns, schema=table_schemas.LEASES)
     if ops is not None:
         table = table.append_column("op", pa.array(ops, pa.string()))
     return table
@@ -266,13 +267,17 @@ class Planner:
         dropped = []
         for key in list(self.state.rows) + list(self.changed):
             row = self.row(key)
-            if row is not None and row.kind == schemas.KIND_MESSAGE and row.offset < end_offset:
+            if (
+                row is not None
+                and row.kind == table_schemas.KIND_MESSAGE
+                and row.offset < end_offset
+            ):
                 self.changed[key] = None
                 dropped.append(row.offset)
         old_frontier = self.cursor.frontier
         seq = self.cursor.next_event
-        self.changed[(schemas.KIND_EVENT, seq)] = Row(
-            schemas.KIND_EVENT, seq, state=WAITING, deadline_us=0, event=event
+        self.changed[(table_schemas.KIND_EVENT, seq)] = Row(
+            table_schemas.KIND_EVENT, seq, state=WAITING, deadline_us=0, event=event
         )
         self.cursor = replace(
             self.cursor, frontier=max(old_frontier, end_offset), next_event=seq + 1
@@ -287,7 +292,11 @@ class Planner:
         done = 0
         for key in list(self.state.rows) + list(self.changed):
             row = self.row(key)
-            if row is not None and row.kind == schemas.KIND_MESSAGE and row.offset < end_offset:
+            if (
+                row is not None
+                and row.kind == table_schemas.KIND_MESSAGE
+                and row.offset < end_offset
+            ):
                 self.changed[key] = None
                 done += 1
         self.advance(end_offset)
@@ -323,12 +332,12 @@ class Planner:
                 and r.state in (LEASED, WAITING)
                 and self._available_at(r) <= self.now_us
             ]
-            due.sort(key=lambda r: (r.kind != schemas.KIND_EVENT, r.offset))
+            due.sort(key=lambda r: (r.kind != table_schemas.KIND_EVENT, r.offset))
             return due
         ready = []
         keyed: dict[str, list[Row]] = {}
         for r in self._rows().values():
-            if self.policy.ordering and r.ordering_key and r.kind == schemas.KIND_MESSAGE:
+            if self.policy.ordering and r.ordering_key and r.kind == table_schemas.KIND_MESSAGE:
                 keyed.setdefault(r.ordering_key, []).append(r)
             elif r.state in (LEASED, WAITING) and self._available_at(r) <= self.now_us:
                 ready.append(r)
@@ -343,7 +352,7 @@ class Planner:
                 # else: out, behind one that goes again; as Pub/Sub does, it goes
                 # again too, so the receiver sees the key in order.
                 ready.append(r)
-        ready.sort(key=lambda r: (r.kind != schemas.KIND_EVENT, r.offset))
+        ready.sort(key=lambda r: (r.kind != table_schemas.KIND_EVENT, r.offset))
         return ready
 
     def busy_keys(self) -> set[str]:
@@ -353,25 +362,27 @@ class Planner:
         return {
             r.ordering_key
             for r in self._rows().values()
-            if r.kind == schemas.KIND_MESSAGE
+            if r.kind == table_schemas.KIND_MESSAGE
             and r.ordering_key
             and not (r.state == LEASED and r.delivery_id >= self._first_delivery)
         }
 
     def hold(self, offset: int, ordering_key: str) -> None:
         """Record a new message that waits behind an earlier one of its ordering key."""
-        key = (schemas.KIND_MESSAGE, offset)
-        self.changed[key] = Row(schemas.KIND_MESSAGE, offset, state=HELD, ordering_key=ordering_key)
+        key = (table_schemas.KIND_MESSAGE, offset)
+        self.changed[key] = Row(
+            table_schemas.KIND_MESSAGE, offset, state=HELD, ordering_key=ordering_key
+        )
 
     def exhausted(self, row: Row) -> bool:
         """Whether ``row`` used up its delivery attempts (dead-letter policy)."""
         limit = self.policy.max_delivery_attempts
-        return limit is not None and row.kind == schemas.KIND_MESSAGE and row.attempt >= limit
+        return limit is not None and row.kind == table_schemas.KIND_MESSAGE and row.attempt >= limit
 
     def reset(self, frontier: int, rows: list[Row]) -> None:
         """Seek: forget every outstanding message, restart at ``frontier`` with ``rows``."""
         for key in list(self.state.rows) + list(self.changed):
-            if key[0] == schemas.KIND_MESSAGE:
+            if key[0] == table_schemas.KIND_MESSAGE:
                 self.drop(key)
         for row in rows:
             self.changed[row.key] = row._replace(delivery_id=0, state=WAITING, deadline_us=0)
@@ -388,7 +399,7 @@ class Planner:
         count = self.state.outstanding()
         rows = self.state.rows
         for key, new in self.changed.items():
-            if key[0] == schemas.KIND_MESSAGE and (new is None) == (key in rows):
+            if key[0] == table_schemas.KIND_MESSAGE and (new is None) == (key in rows):
                 count += -1 if new is None else 1
         return count
 
@@ -425,7 +436,7 @@ class Planner:
             + self.policy.ack_deadline_s * constants.US_PER_S
             + self.policy.lease_slack_us
         )
-        tag, kind, changed = self.policy.tag, schemas.KIND_MESSAGE, self.changed
+        tag, kind, changed = self.policy.tag, table_schemas.KIND_MESSAGE, self.changed
         claims = []
         for delivery, offset, key in zip(
             range(first, first + len(offsets)), offsets, ordering_keys, strict=True

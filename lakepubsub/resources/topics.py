@@ -7,8 +7,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lakepubsub import constants, errors
-from lakepubsub.labels import validate_labels
-from lakepubsub.names import SchemaName, TopicName
+from lakepubsub.resources.labels import validate_labels
+from lakepubsub.resources.names import SchemaName, TopicName
 
 # Fields a topic update may change (Pub/Sub's updateMask paths, snake_case);
 # ``schema_settings.<field>`` changes one field of the schema settings.

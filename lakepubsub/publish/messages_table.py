@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from lakepubsub import metrics, schemas
-from lakepubsub._lake import DataFile, Lake, TableLog, storage_errors
+from lakepubsub import metrics
+from lakepubsub._lake import DataFile, Lake, TableLog, storage_errors, table_schemas
 
 _TRACKED = ("offset", "publish_time")
 _Mask = Callable[[pa.Table], pa.Array]
@@ -30,7 +30,7 @@ ROW_GROUP_BYTES = 8 * 1024 * 1024
 
 
 class Overlay(Protocol):
-    """Rows of topics not yet in their tables (``lakepubsub/intake.py``)."""
+    """Rows of topics not yet in their tables (``lakepubsub/publish/intake.py``)."""
 
     def next_offset(self, topic_uid: str) -> int: ...
 
@@ -76,8 +76,8 @@ class MessagesTable:
     def create(lake: Lake, topic_uid: str) -> None:
         lake.create(
             lake.messages_uri(topic_uid),
-            schemas.MESSAGES,
-            configuration=schemas.MESSAGES_PROPERTIES,
+            table_schemas.MESSAGES,
+            configuration=table_schemas.MESSAGES_PROPERTIES,
             description="lakepubsub messages",
         )
 
@@ -138,13 +138,13 @@ class MessagesTable:
     def read_range(self, lo: int, hi: int) -> pa.Table:
         """Rows with ``lo <= offset < hi``, sorted by offset."""
         if hi <= lo:
-            return schemas.MESSAGES.empty_table()
+            return table_schemas.MESSAGES.empty_table()
         return self._read(lo, hi)
 
     def read_offsets(self, offsets: Sequence[int]) -> pa.Table:
         """Rows with the given offsets (those that still exist), sorted by offset."""
         if not offsets:
-            return schemas.MESSAGES.empty_table()
+            return table_schemas.MESSAGES.empty_table()
         wanted = pa.array(sorted(offsets), pa.int64())
         return self._read(
             wanted[0].as_py(),
@@ -162,7 +162,7 @@ class MessagesTable:
             parts.append(fresh)
         parts = [p for p in parts if p.num_rows]
         if not parts:
-            return schemas.MESSAGES.empty_table()
+            return table_schemas.MESSAGES.empty_table()
         return _by_offset(pa.concat_tables(parts) if len(parts) > 1 else parts[0])
 
     def _read_files(
@@ -190,8 +190,8 @@ class MessagesTable:
                     if groups is None
                     else parquet.read_row_groups(groups, use_threads=False)
                 )
-                if rows.schema != schemas.MESSAGES:  # files by other writers
-                    rows = rows.select(schemas.MESSAGES.names).cast(schemas.MESSAGES)
+                if rows.schema != table_schemas.MESSAGES:  # files by other writers
+                    rows = rows.select(table_schemas.MESSAGES.names).cast(table_schemas.MESSAGES)
                 if lo is not None and hi is not None and not self._within(path, lo, hi):
                     offsets = rows["offset"]
                     rows = rows.filter(pc.and_(pc.greater_equal(offsets, lo), pc.less(offsets, hi)))
@@ -199,7 +199,7 @@ class MessagesTable:
                     rows = rows.filter(mask(rows))
                 parts.append(rows)
         if not parts:
-            return schemas.MESSAGES.empty_table()
+            return table_schemas.MESSAGES.empty_table()
         return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
 
     def _within(self, path: str, lo: int, hi: int) -> bool:
@@ -210,7 +210,7 @@ class MessagesTable:
         """The first offset published at or after ``time_us`` (the head if none),
         but never below the oldest offset the table still holds."""
         self._sync()
-        when = pa.scalar(time_us, pa.int64()).cast(schemas.UTC_US)
+        when = pa.scalar(time_us, pa.int64()).cast(table_schemas.UTC_US)
 
         def published_since(rows: pa.Table) -> pa.Array:
             return pc.greater_equal(rows["publish_time"], when)
@@ -358,13 +358,13 @@ def numbered(columns: pa.Table, head: int) -> pa.Table:
         {
             "offset": offsets,
             "message_id": offsets.cast(pa.string()),
-            "publish_time": pa.array([now_us] * n, schemas.UTC_US),  # ints are microseconds
+            "publish_time": pa.array([now_us] * n, table_schemas.UTC_US),  # ints are microseconds
             "data": columns["data"],
             "attributes": columns["attributes"],
             "ordering_key": columns["ordering_key"],
             "size": columns["size"],
         },
-        schema=schemas.MESSAGES,
+        schema=table_schemas.MESSAGES,
     )
 
 

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lakepubsub import constants, errors
-from lakepubsub.filters import Filter, parse_filter, parse_label_query
-from lakepubsub.labels import validate_labels
-from lakepubsub.names import SubscriptionName, TopicName
+from lakepubsub.resources.filters import Filter, parse_filter, parse_label_query
+from lakepubsub.resources.labels import validate_labels
+from lakepubsub.resources.names import SubscriptionName, TopicName
 
 MAX_FILTER_BYTES = 256
 MIN_DEAD_LETTER_ATTEMPTS = 5

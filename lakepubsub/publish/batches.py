@@ -20,7 +20,8 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-from lakepubsub import constants, errors, schemas
+from lakepubsub import constants, errors
+from lakepubsub._lake import table_schemas
 from lakepubsub.messages import PublishMessage
 
 Attributes = list[tuple[str, str]] | None
@@ -190,7 +191,7 @@ def _table(
         return pa.table(
             {
                 "data": pa.array(data, pa.binary()),
-                "attributes": pa.array(attributes, schemas.ATTRIBUTES),
+                "attributes": pa.array(attributes, table_schemas.ATTRIBUTES),
                 "ordering_key": pa.array(ordering_keys, pa.string()),
                 "size": pa.array(sizes, pa.int64()),
             }

@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from lakepubsub import errors, schemas
+from lakepubsub import errors
+from lakepubsub._lake import table_schemas
 
 _TAG_CHARS = 8
 _ID = r"([0-9a-f]{8})-([me])([0-9]{1,19})-([0-9]{1,19})"
@@ -19,7 +20,7 @@ _PATTERN = re.compile(_ID)
 _LINES = re.compile(f"^{_ID}$", re.MULTILINE)
 # Building the tuple directly skips NamedTuple's argument handling.
 _new = tuple.__new__
-_KIND_LETTER = {schemas.KIND_MESSAGE: "m", schemas.KIND_EVENT: "e"}
+_KIND_LETTER = {table_schemas.KIND_MESSAGE: "m", table_schemas.KIND_EVENT: "e"}
 _LETTER_KIND = {v: k for k, v in _KIND_LETTER.items()}
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable
 
-from lakepubsub import catalog as cat
 from lakepubsub import errors
+from lakepubsub.resources import catalog as cat
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1_000

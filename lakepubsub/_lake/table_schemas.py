@@ -25,7 +25,7 @@ MESSAGES = pa.schema(
     ]
 )
 
-# The intake (lakepubsub/intake.py): messages of every topic, committed together,
+# The intake (lakepubsub/publish/intake.py): messages of every topic, committed together,
 # until they move to their topics' tables.
 INTAKE = pa.schema([pa.field("topic_uid", pa.string(), nullable=False), *MESSAGES])
 

@@ -22,9 +22,8 @@ from typing import Any, TypeVar, cast
 
 import orjson
 
-from lakepubsub import errors, metrics, schemas
-from lakepubsub._lake import Lake
-from lakepubsub.ackids import AckId, subscription_tag
+from lakepubsub import errors, metrics
+from lakepubsub._lake import Lake, table_schemas
 from lakepubsub.constants import (
     CONTENTION_MEMORY_S,
     MAX_DEFERRED_LEASE_CHANGES,
@@ -32,9 +31,9 @@ from lakepubsub.constants import (
     PACE_MAX_S,
     US_PER_S,
 )
-from lakepubsub.filters import Filter
-from lakepubsub.lease_table import LeaseTable
-from lakepubsub.leases import (
+from lakepubsub.delivery.ackids import AckId, subscription_tag
+from lakepubsub.delivery.lease_table import LeaseTable
+from lakepubsub.delivery.leases import (
     LEASE_SLACK_US,
     RELEASE,
     Claim,
@@ -50,11 +49,12 @@ from lakepubsub.messages import (
     TruncationEvent,
     from_arrow,
 )
-from lakepubsub.names import TopicName
+from lakepubsub.publish.messages_table import MessagesTable
+from lakepubsub.resources.filters import Filter
+from lakepubsub.resources.names import TopicName
+from lakepubsub.resources.subscriptions import Subscription, parse_subscription_filter
 from lakepubsub.retry import optimistic
 from lakepubsub.settings import Settings
-from lakepubsub.subscriptions import Subscription, parse_subscription_filter
-from lakepubsub.topic_table import MessagesTable
 
 log = logging.getLogger(__name__)
 
@@ -554,12 +554,12 @@ class Dispatcher:
         ready = planner.available()
         exhausted = [r for r in ready if planner.exhausted(r)][:MAX_DEAD_LETTERS_PER_CYCLE]
         ready = [r for r in ready if not planner.exhausted(r)][:demand]
-        wanted = [r.offset for r in exhausted + ready if r.kind == schemas.KIND_MESSAGE]
+        wanted = [r.offset for r in exhausted + ready if r.kind == table_schemas.KIND_MESSAGE]
         found = {m.offset: m for m in from_arrow(messages.read_offsets(wanted))}
         self._move_to_dead_letter(planner, exhausted, found)
         claims: list[tuple[Claim, Message | TruncationEvent]] = []
         for row in ready:
-            if row.kind == schemas.KIND_EVENT:
+            if row.kind == table_schemas.KIND_EVENT:
                 event = TruncationEvent.from_json(orjson.loads(row.event or "{}"))
                 claims.append((planner.lease(row), event))
             elif row.offset in found:

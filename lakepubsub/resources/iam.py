@@ -22,9 +22,9 @@ from typing import Any
 
 import orjson
 
-from lakepubsub import catalog as cat
 from lakepubsub import errors
-from lakepubsub.names import SnapshotName, SubscriptionName, TopicName, validate_project
+from lakepubsub.resources import catalog as cat
+from lakepubsub.resources.names import SnapshotName, SubscriptionName, TopicName, validate_project
 
 POLICY_KIND = "policy"
 # Google's etag of a policy that was never set.

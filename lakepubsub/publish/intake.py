@@ -38,10 +38,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake.exceptions import CommitFailedError
 
-from lakepubsub import constants, errors, metrics, retry, schemas
+from lakepubsub import constants, errors, metrics, retry
 from lakepubsub._lake import Lake, TableLog, checkpoints, storage_errors
+from lakepubsub._lake import table_schemas as schemas
+from lakepubsub.publish.messages_table import MessagesTable, attach_overlay, numbered
 from lakepubsub.settings import Settings
-from lakepubsub.topic_table import MessagesTable, attach_overlay, numbered
 
 log = logging.getLogger(__name__)
 

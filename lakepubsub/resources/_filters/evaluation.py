@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakepubsub._filters.nodes import (
+from lakepubsub.resources._filters.nodes import (
     And,
     Equals,
     Expression,

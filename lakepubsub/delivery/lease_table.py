@@ -24,9 +24,9 @@ import time
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lakepubsub import metrics, schemas
-from lakepubsub._lake import Lake, TableLog, storage_errors
-from lakepubsub.leases import CURSOR_KEY, Cursor, Key, LeaseState, Planner, Row, to_arrow
+from lakepubsub import metrics
+from lakepubsub._lake import Lake, TableLog, storage_errors, table_schemas
+from lakepubsub.delivery.leases import CURSOR_KEY, Cursor, Key, LeaseState, Planner, Row, to_arrow
 
 # Files a lease table may hold before a commit folds its smallest files into the
 # new one, leaving half as many: reading the state after another writer's commit
@@ -84,8 +84,8 @@ class LeaseTable:
                 keys = set(zip(rows["kind"].to_pylist(), rows["offset"].to_pylist(), strict=True))
                 keys_in[path] = keys
                 file_of.update((key, path) for key in keys)
-                parts.append(rows.select(schemas.LEASES.names).cast(schemas.LEASES))
-        table = pa.concat_tables(parts) if parts else schemas.LEASES.empty_table()
+                parts.append(rows.select(table_schemas.LEASES.names).cast(table_schemas.LEASES))
+        table = pa.concat_tables(parts) if parts else table_schemas.LEASES.empty_table()
         self._state = LeaseState.from_arrow(table, self._log.version)
         self._file_of, self._keys_in = file_of, keys_in
         self._stored_cursor = self._state.cursor

@@ -57,10 +57,10 @@ import grpc
 import orjson
 import pyarrow as pa
 
-from lakepubsub import errors, metrics, schemas
-from lakepubsub._lake import Lake
+from lakepubsub import errors, metrics
+from lakepubsub._lake import Lake, table_schemas
 from lakepubsub.messages import ReceivedMessage, TruncationEvent, from_arrow
-from lakepubsub.names import SubscriptionName
+from lakepubsub.resources.names import SubscriptionName
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -110,7 +110,7 @@ _DELIVERIES = pa.schema(
         ("ack_id", pa.string()),
         ("delivery_attempt", pa.int32()),
         ("event", pa.string()),  # JSON of a truncation event; null for messages
-        *(pa.field(f.name, f.type) for f in schemas.MESSAGES),
+        *(pa.field(f.name, f.type) for f in table_schemas.MESSAGES),
     ]
 )
 

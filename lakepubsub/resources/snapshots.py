@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from lakepubsub import catalog as cat
-from lakepubsub.names import SnapshotName, TopicName
+from lakepubsub.resources import catalog as cat
+from lakepubsub.resources.names import SnapshotName, TopicName
 
 # Pub/Sub keeps a snapshot for 7 days minus the age of its oldest unacked message.
 SNAPSHOT_LIFETIME_US = 7 * 24 * 3600 * 1_000_000

@@ -13,7 +13,7 @@ Grammar (whitespace may separate any two tokens)::
 
 from __future__ import annotations
 
-from lakepubsub._filters.nodes import (
+from lakepubsub.resources._filters.nodes import (
     And,
     Equals,
     Expression,
@@ -23,7 +23,7 @@ from lakepubsub._filters.nodes import (
     NotEquals,
     Or,
 )
-from lakepubsub._filters.scanner import QUOTES, Scanner
+from lakepubsub.resources._filters.scanner import QUOTES, Scanner
 
 # Parentheses plus negations may nest this deep. A 256-byte filter never needs more, and the
 # bound keeps the parser, evaluator and renderer (all recursive) far from Python's stack limit.

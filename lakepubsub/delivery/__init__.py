@@ -1,0 +1,1 @@
+"""Delivery: ack ids, lease state and its planner, the lease table and the dispatcher."""

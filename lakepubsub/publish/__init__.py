@@ -1,0 +1,1 @@
+"""Publish: batches, the group committer, the shared intake and the messages table."""
