@@ -24,9 +24,9 @@ from lakepubsub import constants, errors
 from lakepubsub._lake import Lake, settle_checkpoints, table_schemas
 from lakepubsub.delivery import leases
 from lakepubsub.delivery.ackids import AckId, parse_all
-from lakepubsub.delivery.dispatcher import (
+from lakepubsub.delivery.dispatcher import Dispatcher
+from lakepubsub.delivery.requests import (
     AckRequest,
-    Dispatcher,
     FlushRequest,
     PullRequest,
     Request,

@@ -17,13 +17,11 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, TypeVar, cast
 
-import orjson
-
 from lakepubsub import errors, metrics
-from lakepubsub._lake import Lake, table_schemas
+from lakepubsub._lake import Lake
 from lakepubsub.constants import (
     CONTENTION_MEMORY_S,
     MAX_DEFERRED_LEASE_CHANGES,
@@ -31,97 +29,34 @@ from lakepubsub.constants import (
     PACE_MAX_S,
     US_PER_S,
 )
-from lakepubsub.delivery.ackids import AckId, subscription_tag
+from lakepubsub.delivery.ackids import AckId
 from lakepubsub.delivery.lease_table import LeaseTable
-from lakepubsub.delivery.leases import (
-    LEASE_SLACK_US,
-    RELEASE,
-    Claim,
-    LeaseState,
-    Planner,
-    Policy,
-    Row,
+from lakepubsub.delivery.leases import LEASE_SLACK_US, RELEASE, LeaseState, Planner
+from lakepubsub.delivery.planning import (
+    Claimer,
+    DeadLetterSink,
+    apply,
+    apply_pull_deadlines,
+    policy_of,
+    received,
+    truncate,
 )
-from lakepubsub.messages import (
-    Message,
-    PublishMessage,
-    ReceivedMessage,
-    TruncationEvent,
-    from_arrow,
+from lakepubsub.delivery.requests import (
+    AckRequest,
+    FlushRequest,
+    PullRequest,
+    Request,
+    SeekRequest,
+    TruncateRequest,
 )
+from lakepubsub.messages import ReceivedMessage, TruncationEvent
 from lakepubsub.publish.messages_table import MessagesTable
-from lakepubsub.resources.filters import Filter
-from lakepubsub.resources.names import TopicName
-from lakepubsub.resources.subscriptions import Subscription, parse_subscription_filter
+from lakepubsub.resources.subscriptions import Subscription
 from lakepubsub.retry import optimistic
 from lakepubsub.settings import Settings
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class PullRequest:
-    max_messages: int
-    wait_until: float  # time.monotonic(); equal to "now" for returnImmediately
-    # The lease of what this pull gets, when not the subscription's own
-    # (a StreamingPull stream's stream_ack_deadline_seconds).
-    ack_deadline_s: int | None = None
-    future: Future[list[ReceivedMessage]] = field(default_factory=Future)
-    planned: bool = False  # has been part of at least one cycle's demand
-
-
-@dataclass
-class AckRequest:
-    """An ack (``deadline_s`` None), a deadline change (0 is a nack) or, with
-    ``leases.RELEASE``, deliveries given back unseen."""
-
-    ack_ids: list[AckId]
-    deadline_s: int | None
-    future: Future[dict[str, str]] = field(default_factory=Future)
-
-
-@dataclass
-class TruncateRequest:
-    """Drop pending messages below ``end_offset`` and queue an event; or, with
-    ``silent``, acknowledge them (a batch consumer committing what it processed)."""
-
-    end_offset: int | None  # None: the topic head (drop every pending message)
-    reason: str
-    silent: bool = False
-    future: Future[TruncationEvent] = field(default_factory=Future)
-
-
-@dataclass
-class SeekRequest:
-    """Restart the subscription at ``frontier`` with ``rows`` outstanding (seek, snapshots)."""
-
-    frontier: int
-    rows: list[Row]
-    future: Future[None] = field(default_factory=Future)
-
-
-@dataclass
-class FlushRequest:
-    """Commit the lease changes held in memory (a reader of the stored table, such as a
-    snapshot, must see them)."""
-
-    future: Future[None] = field(default_factory=Future)
-
-
-Request = PullRequest | AckRequest | TruncateRequest | SeekRequest | FlushRequest
 SubscriptionLookup = Callable[[], Subscription | None]
-# Publishes dead-lettered messages to a topic; returns once they are committed.
-DeadLetterSink = Callable[[TopicName, list[PublishMessage]], None]
-
-# Per cycle: at most this many messages dead-lettered, and at most this many
-# offsets scanned past the frontier when a filter or ordering skips messages.
-MAX_DEAD_LETTERS_PER_CYCLE = 1_000
-MAX_SCAN_PER_CYCLE = 100_000
-# A filtered read covers this many times the offsets the recent pass rate says
-# the demand needs (a little extra saves a second read when the rate dips), and
-# assumes at least this pass rate (a filter that passed nothing lately).
-SCAN_MARGIN = 1.1
-MIN_PASS_RATE = 1 / 64
 # The backlog gauge (metrics.BACKLOG) is computed at most this often per subscription.
 BACKLOG_EVERY_S = 1.0
 
@@ -145,12 +80,7 @@ class Dispatcher:
         self._settings = settings
         self._lookup = lookup
         self._on_exit = on_exit
-        self._dead_letter = dead_letter
-        # Offsets already published to the dead-letter topic by a commit attempt
-        # that lost its race: the retry drops them without publishing again.
-        self._dead_lettered: set[int] = set()
-        self._filter: tuple[str, Filter] | None = None
-        self._pass_rate: float | None = None  # share of scanned messages the filter passed
+        self._claimer = Claimer(dead_letter)
         self._contended_until = 0.0
         self._backlog_due = 0.0
         self._cond = threading.Condition()
@@ -170,7 +100,6 @@ class Dispatcher:
         self._look = True
         self._next_look = 0.0
         self._committed = False  # the last cycle committed (the flush window applies)
-        self._dead_letter_moved = False  # this attempt published to the dead-letter topic
         self._told_version = -1  # the messages table's newest version committed here
         self._stopped = False
         self._leases: LeaseTable | None = None
@@ -380,7 +309,7 @@ class Dispatcher:
             _settle(request.future, failures)
         for truncate, event in zip(truncates, events, strict=True):
             _settle(cast("Future[Any]", truncate.future), event)
-        self._dead_lettered.clear()
+        self._claimer.committed()
         self._hand_out(deliveries, sum(p.max_messages for p in pulls))
 
     def _hand_out(self, deliveries: list[ReceivedMessage], demand: int) -> None:
@@ -445,15 +374,15 @@ class Dispatcher:
         demand = sum(p.max_messages for p in pulls)
         table, messages, state = self._load()
         sub = self.subscription
-        policy = _policy(sub)
+        policy = policy_of(sub)
         deadlines = {p.ack_deadline_s for p in pulls}
         uniform = len(deadlines) == 1
         if uniform and (deadline := deadlines.pop()) is not None:
             # every pull's own lease (a stream's), with the slack for receipt modacks
             policy = replace(policy, ack_deadline_s=deadline, lease_slack_us=LEASE_SLACK_US)
         planner = Planner(state, policy, self._settings.clock_us())
-        self._dead_letter_moved = False
-        ack_results = [_apply(planner, r) for r in acks]
+        self._claimer.moved = False
+        ack_results = [apply(planner, r) for r in acks]
         events: list[TruncationEvent | None] = []
         for request in truncates:
             if isinstance(request, FlushRequest):
@@ -462,10 +391,10 @@ class Dispatcher:
                 planner.reset(request.frontier, request.rows)
                 events.append(None)
             else:
-                events.append(self._truncate(planner, messages, request))
-        claims = self._claim(planner, messages, demand) if demand else []
+                events.append(truncate(planner, messages, request))
+        claims = self._claimer.claim(sub, planner, messages, demand) if demand else []
         if not uniform:
-            _apply_pull_deadlines(planner, [c for c, _ in claims], pulls)
+            apply_pull_deadlines(planner, [c for c, _ in claims], pulls)
         if planner.dirty or table.pending:
             if self._must_commit(table, truncates):
                 table.commit(planner)
@@ -473,7 +402,7 @@ class Dispatcher:
             elif planner.dirty:
                 table.defer(planner)
         self._observe(planner, messages, ack_results, acks)
-        deliveries = [_received(claim, message) for claim, message in claims]
+        deliveries = [received(claim, message) for claim, message in claims]
         return ack_results, events, deliveries
 
     def _must_commit(
@@ -488,7 +417,7 @@ class Dispatcher:
             flush_s <= 0
             or self._stopped
             or truncates
-            or self._dead_letter_moved
+            or self._claimer.moved
             or self.subscription.enable_exactly_once_delivery
             or table.pending >= MAX_DEFERRED_LEASE_CHANGES
         ):
@@ -535,181 +464,6 @@ class Dispatcher:
             self._backlog_due = now + BACKLOG_EVERY_S
             backlog = messages.head() - planner.cursor.frontier + planner.outstanding()
             metrics.BACKLOG.labels(self.subscription.name.path).set(backlog)
-
-    def _truncate(
-        self, planner: Planner, messages: MessagesTable, request: TruncateRequest
-    ) -> TruncationEvent:
-        end = messages.head() if request.end_offset is None else request.end_offset
-        first = planner.state.floor()
-        event = TruncationEvent(first, max(first, end), request.reason, planner.now_us)
-        if request.silent:
-            planner.consume_to(end)
-        elif end > first:
-            planner.truncate(end, orjson.dumps(event.to_json()).decode())
-        return event
-
-    def _claim(
-        self, planner: Planner, messages: MessagesTable, demand: int
-    ) -> list[tuple[Claim, Message | TruncationEvent]]:
-        ready = planner.available()
-        exhausted = [r for r in ready if planner.exhausted(r)][:MAX_DEAD_LETTERS_PER_CYCLE]
-        ready = [r for r in ready if not planner.exhausted(r)][:demand]
-        wanted = [r.offset for r in exhausted + ready if r.kind == table_schemas.KIND_MESSAGE]
-        found = {m.offset: m for m in from_arrow(messages.read_offsets(wanted))}
-        self._move_to_dead_letter(planner, exhausted, found)
-        claims: list[tuple[Claim, Message | TruncationEvent]] = []
-        for row in ready:
-            if row.kind == table_schemas.KIND_EVENT:
-                event = TruncationEvent.from_json(orjson.loads(row.event or "{}"))
-                claims.append((planner.lease(row), event))
-            elif row.offset in found:
-                claims.append((planner.lease(row), found[row.offset]))
-            else:  # the message is gone (retention); nothing left to deliver
-                planner.drop(row.key)
-        self._claim_new(planner, messages, demand, claims)
-        return claims
-
-    def _claim_new(
-        self,
-        planner: Planner,
-        messages: MessagesTable,
-        demand: int,
-        claims: list[tuple[Claim, Message | TruncationEvent]],
-    ) -> None:
-        """Lease messages past the frontier: filtered out ones count as acknowledged,
-        ones behind a busy ordering key are held."""
-        head = messages.head()
-        match = self._compiled_filter()
-        ordering = planner.policy.ordering
-        busy = planner.busy_keys() if ordering else set()
-        scanned = 0
-        # With skipping (filter, held keys), a read is sized from the share of
-        # messages recent reads passed, so one read usually fills the demand;
-        # until that is known, each round reads twice as far as the last.
-        skip_chunk = demand * 4
-        while len(claims) < demand and planner.cursor.frontier < head:
-            start = planner.cursor.frontier
-            wanted = demand - len(claims)
-            if match is None and not ordering:
-                chunk = wanted
-            elif self._pass_rate is not None:
-                chunk = min(MAX_SCAN_PER_CYCLE, math.ceil(wanted * SCAN_MARGIN / self._pass_rate))
-            else:
-                chunk, skip_chunk = skip_chunk, min(skip_chunk * 2, MAX_SCAN_PER_CYCLE)
-            end = min(head, start + max(chunk, 1))
-            table = messages.read_range(start, end)
-            read = table.num_rows
-            if match is not None and read:
-                table = table.filter(match.mask(table["attributes"]))
-                self._learn_pass_rate(table.num_rows, read)
-            if ordering:  # messages behind a busy key are held, the others go
-                taken = []
-                for message in from_arrow(table):
-                    key = message.ordering_key
-                    if key and key in busy:
-                        planner.hold(message.offset, key)
-                        continue
-                    taken.append(message)
-                    if len(taken) == wanted:
-                        break
-            else:  # every message read (and passed) goes, up to the demand
-                taken = from_arrow(table.slice(0, wanted))
-            leased = planner.lease_new(
-                [m.offset for m in taken], [m.ordering_key or None for m in taken]
-            )
-            claims.extend(zip(leased, taken, strict=True))
-            if len(taken) == wanted:
-                end = taken[-1].offset + 1
-            planner.advance(end)
-            scanned += end - start
-            if scanned >= MAX_SCAN_PER_CYCLE:
-                break
-
-    def _learn_pass_rate(self, passed: int, read: int) -> None:
-        rate = max(passed / read, MIN_PASS_RATE)
-        previous = self._pass_rate
-        self._pass_rate = rate if previous is None else (previous + rate) / 2
-
-    def _compiled_filter(self) -> Filter | None:
-        text = self.subscription.filter
-        if not text:
-            return None
-        if self._filter is None or self._filter[0] != text:
-            self._filter = (text, parse_subscription_filter(text))
-            self._pass_rate = None
-        return None if self._filter[1].matches_all else self._filter[1]
-
-    def _move_to_dead_letter(
-        self, planner: Planner, rows: list[Row], found: dict[int, Message]
-    ) -> None:
-        """Publish exhausted messages to the dead-letter topic, then drop their rows.
-
-        The publish commits before the lease commit that drops the rows, so a crash
-        in between delivers the message again (and dead-letters it again): it can
-        be in both places briefly, never in neither.
-        """
-        policy = self.subscription.dead_letter_policy
-        if not rows or policy is None:
-            return
-        sub = self.subscription.name
-        batch = []
-        for row in rows:
-            message = found.get(row.offset)
-            if message is not None and row.offset not in self._dead_lettered:
-                attributes = {
-                    **message.attributes,
-                    "CloudPubSubDeadLetterSourceDeliveryCount": str(row.attempt),
-                    "CloudPubSubDeadLetterSourceSubscription": sub.id,
-                    "CloudPubSubDeadLetterSourceSubscriptionProject": sub.project,
-                    "CloudPubSubDeadLetterSourceTopicPublishTime": str(message.publish_time_us),
-                }
-                batch.append(PublishMessage(message.data, attributes, message.ordering_key))
-        if batch:
-            self._dead_letter(policy.dead_letter_topic, batch)
-            self._dead_letter_moved = True
-        for row in rows:
-            self._dead_lettered.add(row.offset)
-            planner.drop(row.key)
-
-
-def _apply(planner: Planner, request: AckRequest) -> dict[str, str]:
-    if request.deadline_s is None:
-        return planner.acknowledge(request.ack_ids)
-    if request.deadline_s == RELEASE:
-        return planner.release(request.ack_ids)
-    return planner.modify_deadline(request.ack_ids, request.deadline_s)
-
-
-def _policy(sub: Subscription) -> Policy:
-    retry = sub.retry_policy
-    dead_letter = sub.dead_letter_policy
-    return Policy(
-        tag=subscription_tag(sub.uid),
-        ack_deadline_s=sub.ack_deadline_s,
-        exactly_once=sub.enable_exactly_once_delivery,
-        min_backoff_s=retry.minimum_backoff_s if retry else None,
-        max_backoff_s=retry.maximum_backoff_s if retry else None,
-        ordering=sub.enable_message_ordering,
-        max_delivery_attempts=dead_letter.max_delivery_attempts if dead_letter else None,
-    )
-
-
-def _apply_pull_deadlines(planner: Planner, claims: list[Claim], pulls: list[PullRequest]) -> None:
-    """Give each claim the lease of the pull it goes to (``_hand_out`` serves the
-    planned pulls in order, each its ``max_messages``)."""
-    at = 0
-    for pull in pulls:
-        share = claims[at : at + pull.max_messages]
-        at += pull.max_messages
-        if pull.ack_deadline_s is not None:
-            for claim in share:
-                planner.set_lease_deadline(claim.row.key, pull.ack_deadline_s, LEASE_SLACK_US)
-
-
-def _received(claim: Claim, item: Message | TruncationEvent) -> ReceivedMessage:
-    if isinstance(item, TruncationEvent):
-        return ReceivedMessage(str(claim.ack_id), claim.row.attempt, event=item)
-    return tuple.__new__(ReceivedMessage, (str(claim.ack_id), claim.row.attempt, item, None))
 
 
 T = TypeVar("T")
