@@ -73,7 +73,9 @@ def test_topics_commit_together_and_deliver(lake: LakeSpec) -> None:
             topic, sub = _names(i)
             # Nothing moved yet: the topics' tables are empty, the history is in the intake.
             assert (
-                MessagesTable(engine.lake, engine._topic_entry(topic).uid, overlay=False).head()
+                MessagesTable(
+                    engine.lake, engine.resources.topic_entry(topic).uid, overlay=False
+                ).head()
                 == 0
             )
             got = _drain(engine, sub, PER_TOPIC)
@@ -93,7 +95,7 @@ def _engine_with_one_topic(lake: LakeSpec, **settings: object) -> Engine:
 def test_rows_move_to_the_topic_table_with_their_offsets(lake: LakeSpec) -> None:
     topic, sub = _names(0)
     with _engine_with_one_topic(lake, intake_move_s=0.5) as engine:
-        uid = engine._topic_entry(topic).uid
+        uid = engine.resources.topic_entry(topic).uid
         for n in range(30):
             engine.publish(topic, [PublishMessage(f"m{n}".encode())])
         table = MessagesTable(engine.lake, uid, overlay=False)
@@ -171,7 +173,7 @@ def test_moved_files_leave_the_intake(lake: LakeSpec, monkeypatch: pytest.Monkey
                 break
             time.sleep(0.2)
         assert intake.file_uris() == []
-        uid = engine._topic_entry(topic).uid
+        uid = engine.resources.topic_entry(topic).uid
         rows = MessagesTable(engine.lake, uid).read_range(0, 5)
         assert pc.sum(rows["offset"]).as_py() == sum(range(5))
 

@@ -49,7 +49,7 @@ def pair(local_lake: LakeSpec) -> Iterator[tuple[Engine, Engine]]:
         peerings.append(peering)
     try:
         engines[0].create_topic(Topic(TOPIC))
-        uid = engines[0]._topic_entry(TOPIC).uid
+        uid = engines[0].resources.topic_entry(TOPIC).uid
         owners = {p.owner(uid) for p in peerings}
         assert len(owners) == 2  # each sees the other, or None for itself
         owner = engines[0] if peerings[1].owner(uid) == peerings[0].me else engines[1]
@@ -83,7 +83,7 @@ def test_publish_through_the_other_is_committed_by_the_owner(
     assert _calls("publish") == before + 1
     assert [int(i) for i in ids] == list(range(int(ids[0]), int(ids[0]) + 5))
     assert sorted(int(i) for i in ids + mine) == list(range(6))
-    uid = owner._topic_entry(TOPIC).uid
+    uid = owner.resources.topic_entry(TOPIC).uid
     rows = MessagesTable(owner.lake, uid).read_range(0, 6)
     assert rows["data"].to_pylist() == [b"m0", b"m1", b"m2", b"m3", b"m4", b"own"] or rows[
         "data"
@@ -128,7 +128,7 @@ def test_errors_cross_as_their_class(pair: tuple[Engine, Engine]) -> None:
     owner.create_subscription(Subscription(sub, TOPIC))
     owner.delete_subscription(sub)
     assert other.peering is not None
-    uid = owner._topic_entry(TOPIC).uid
+    uid = owner.resources.topic_entry(TOPIC).uid
     member = other.peering.owner(uid)
     assert member is not None
     future = other.peering.pull(member, sub.path, 1, 0.0, None)

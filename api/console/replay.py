@@ -22,7 +22,7 @@ from lakepubsub import Engine, errors
 from lakepubsub.messages import Message, PublishMessage, ReceivedMessage
 from lakepubsub.resources.names import SubscriptionName, TopicName
 
-# What dead-lettering adds to a message (lakepubsub/delivery/dispatcher.py, as Pub/Sub does);
+# What dead-lettering adds to a message (lakepubsub/delivery/planning.py, as Pub/Sub does);
 # a replay removes them and says where the message came from instead.
 SOURCE_SUBSCRIPTION = "CloudPubSubDeadLetterSourceSubscription"
 SOURCE_PROJECT = "CloudPubSubDeadLetterSourceSubscriptionProject"

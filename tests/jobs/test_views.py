@@ -355,7 +355,7 @@ def test_views_read_the_intake_before_and_after_a_move_and_compaction(
     expected = [(n, str(n), f"e{n}".encode(), str(n)) for n in range(12)]
     assert rows() == expected  # all in the intake: the table is empty
     with Engine(local_lake.settings(intake=True, intake_move_s=0.0)) as engine:
-        uid = engine._topic_entry(topic).uid
+        uid = engine.resources.topic_entry(topic).uid
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if DeltaTable(engine.lake.messages_uri(uid)).version() > 0:
