@@ -21,7 +21,7 @@ subscription. Then two timed phases:
 Writes bench/results/scaleout.md (scaleout-s3.md with ``--s3``; ``-quick``
 with ``--quick``). This is the measurement behind issue 17 (scale-out): one
 topic is one Delta table; the servers peer, so one of them commits for it and
-the others hand it their clients' work (lakepubsub/peering/peers.py). Also reported:
+the others hand it their clients' work (lakepubsub/peering/). Also reported:
 the servers' CPU per message, with ``--s3`` moto's (the lake's) CPU per message,
 and the machine's busy share in each phase: on a machine whose cores the
 servers, the clients and moto share, those bound what more servers can add.

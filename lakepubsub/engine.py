@@ -27,7 +27,8 @@ from lakepubsub.delivery import lease_admin, leases
 from lakepubsub.delivery.ackids import parse_all
 from lakepubsub.delivery.deliveries import Deliveries
 from lakepubsub.messages import PublishMessage, ReceivedMessage, TruncationEvent
-from lakepubsub.peering.peers import MEMBERS, Peering
+from lakepubsub.peering.membership import MEMBERS
+from lakepubsub.peering.peers import Peering
 from lakepubsub.peering.routing import Route, owner_of
 from lakepubsub.publish.batches import Batch, from_messages
 from lakepubsub.publish.intake import Intake

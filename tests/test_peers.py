@@ -1,4 +1,4 @@
-"""Peering (lakepubsub/peering/peers.py): engines on one lake hand a topic's commits to its owner.
+"""Peering (lakepubsub/peering/): engines on one lake hand a topic's commits to its owner.
 
 Two engines in this process, each with its own peer server (real gRPC on
 127.0.0.1) and its membership object in the lake, as two ``lakepubsub serve``
@@ -26,7 +26,9 @@ from lakepubsub import (
     metrics,
 )
 from lakepubsub.delivery.leases import INVALID_ACK_ID
-from lakepubsub.peering.peers import Member, Peering, Unreachable
+from lakepubsub.peering.membership import Member
+from lakepubsub.peering.peers import Peering
+from lakepubsub.peering.transport import Unreachable
 from lakepubsub.publish.batches import from_messages
 from lakepubsub.publish.messages_table import MessagesTable
 
@@ -178,15 +180,15 @@ def test_an_unreachable_member_is_left_out_until_its_pause_ends_and_it_beats(
 
     other.peering.forget(member)
     other.peering.forget(member)  # calls already in flight: still one failure
-    since, until = other.peering._suspects[member]
+    since, until = other.peering.membership._suspects[member]
     assert until - since == pytest.approx(5.0)
-    owner.peering._beat()
-    other.peering._beat()
+    owner.peering.membership.beat()
+    other.peering.membership.beat()
     assert member not in other.peering.members  # it beat, but its pause lasts
-    other.peering._suspects[member] = (since, time.time() - 0.01)  # the pause is over
+    other.peering.membership._suspects[member] = (since, time.time() - 0.01)  # the pause is over
     time.sleep(0.02)  # file times come from a coarse clock
-    owner.peering._beat()
-    other.peering._beat()
+    owner.peering.membership.beat()
+    other.peering.membership.beat()
     assert member in other.peering.members
 
 
@@ -274,7 +276,7 @@ def test_a_restart_after_kill_9_leaves_its_dead_predecessor_out_quietly(
         dead = Member("0" * 12, "127.0.0.1", 9, "0" * 32, socket.gethostname())  # nothing listens
         engine.lake.objects.put(engine.lake.uri("peers", dead.key), b"")
         peering = Peering(engine)
-        with caplog.at_level(logging.INFO, logger="lakepubsub.peering.peers"):
+        with caplog.at_level(logging.INFO, logger="lakepubsub.peering"):
             peering.start()
         try:
             assert dead not in peering.members

@@ -8,7 +8,9 @@ from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from typing import TypeVar
 
-from lakepubsub.peering.peers import Member, Peering, Unreachable
+from lakepubsub.peering.membership import Member
+from lakepubsub.peering.peers import Peering
+from lakepubsub.peering.transport import Unreachable
 
 T = TypeVar("T")
 Route = tuple[Peering, Member]  # the owner, and the peering that reaches it

@@ -22,7 +22,7 @@ from deltalake.exceptions import CommitFailedError
 
 from lakepubsub import constants, errors, metrics, retry
 from lakepubsub._lake import Lake
-from lakepubsub.peering.peers import Unreachable
+from lakepubsub.peering.transport import Unreachable
 from lakepubsub.publish.batches import Batch, combined
 from lakepubsub.publish.intake import Intake
 from lakepubsub.publish.messages_table import MessagesTable, numbered
@@ -37,7 +37,7 @@ MAX_BYTES_PER_COMMIT = 64 * 1024 * 1024
 # Called after a commit with its rows and the table version it made (-1: unknown,
 # a commit that landed though its answer was lost).
 OnCommit = Callable[[pa.Table, int], None]
-# Hands a group to the topic's owner (``lakepubsub/peering/peers.py``): a future of the first
+# Hands a group to the topic's owner (``lakepubsub/peering/``): a future of the first
 # offset it got (``Unreachable`` if the owner could not be asked), or None when this
 # process is the owner.
 Forward = Callable[[pa.Table], "Future[int] | None"]

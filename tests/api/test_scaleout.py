@@ -4,7 +4,7 @@ Real ``uvicorn`` server processes on one lake (local and moto S3); publishing
 clients send each batch to the next server in turn, so consecutive batches of
 one ordering key land on different processes; consumers pull from every
 server. The servers route each topic's commits to one of them
-(``lakepubsub/peering/peers.py``); these tests check what that must never change:
+(``lakepubsub/peering/``); these tests check what that must never change:
 nothing lost or delivered twice, order per key, and nothing acknowledged lost
 when a server is killed.
 """

@@ -1,0 +1,69 @@
+"""The peer calls' Arrow IPC: a forwarded publish's columns, and a pull's deliveries
+(the messages table's columns, null in an event's row, with the delivery's own
+fields) so that ``messages.from_arrow`` reads them back."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+from lakepubsub._lake import table_schemas
+from lakepubsub.messages import ReceivedMessage, TruncationEvent, from_arrow
+
+_DELIVERIES = pa.schema(
+    [
+        ("ack_id", pa.string()),
+        ("delivery_attempt", pa.int32()),
+        ("event", pa.string()),  # JSON of a truncation event; null for messages
+        *(pa.field(f.name, f.type) for f in table_schemas.MESSAGES),
+    ]
+)
+
+
+def ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue())
+
+
+def from_ipc(body: bytes) -> pa.Table:
+    return pa.ipc.open_stream(body).read_all()
+
+
+def deliveries_to_ipc(items: Iterable[ReceivedMessage]) -> bytes:
+    cols: dict[str, list[Any]] = {name: [] for name in _DELIVERIES.names}
+    for item in items:
+        cols["ack_id"].append(item.ack_id)
+        cols["delivery_attempt"].append(item.delivery_attempt)
+        m = item.message
+        event = item.event
+        cols["event"].append(None if event is None else orjson.dumps(event.to_json()).decode())
+        cols["offset"].append(None if m is None else m.offset)
+        cols["message_id"].append(None if m is None else m.message_id)
+        cols["publish_time"].append(None if m is None else m.publish_time_us)
+        cols["data"].append(None if m is None else m.data)
+        cols["attributes"].append(None if m is None else list(m.attributes.items()))
+        cols["ordering_key"].append(None if m is None else m.ordering_key)
+        cols["size"].append(None if m is None else m.size)
+    return ipc(pa.table(cols, schema=_DELIVERIES))
+
+
+def deliveries_from_ipc(body: bytes) -> list[ReceivedMessage]:
+    table = from_ipc(body)
+    new = tuple.__new__
+    return [
+        new(ReceivedMessage, (ack_id, attempt, message, None))
+        if event is None
+        else ReceivedMessage(ack_id, attempt, event=TruncationEvent.from_json(orjson.loads(event)))
+        for ack_id, attempt, event, message in zip(
+            table.column("ack_id").to_pylist(),
+            table.column("delivery_attempt").to_pylist(),
+            table.column("event").to_pylist(),
+            from_arrow(table),
+            strict=True,
+        )
+    ]
