@@ -16,7 +16,8 @@ from deltalake import DeltaTable, write_deltalake
 from support import LakeSpec
 
 from lakepubsub import constants
-from lakepubsub._lake import Lake, TableLog, checkpoints, deltalog, table_schemas
+from lakepubsub._lake import Lake, TableLog, checkpoints, table_schemas
+from lakepubsub._lake import checkpointer as background
 
 SCHEMA = pa.schema([pa.field("offset", pa.int64(), nullable=False), pa.field("name", pa.string())])
 
@@ -49,7 +50,7 @@ def sorted_rows(table: pa.Table) -> dict[str, list[Any]]:
 @pytest.fixture(autouse=True)
 def no_background_checkpoints(monkeypatch: pytest.MonkeyPatch) -> None:
     """The tests write each checkpoint themselves."""
-    monkeypatch.setattr(deltalog._CHECKPOINTS, "request", lambda *args: None)
+    monkeypatch.setattr(background._CHECKPOINTS, "request", lambda *args: None)
 
 
 def build(
@@ -167,7 +168,7 @@ def test_what_the_replay_does_not_model_is_refused(tmp_path: Path) -> None:
 def test_the_background_checkpointer_uses_the_replay(tmp_path: Path) -> None:
     """The checkpointer of a process writes checkpoints that delta-rs opens."""
     lake_, log, uri = build(LakeSpec(str(tmp_path), {}))
-    checkpointer = deltalog._Checkpointer()
+    checkpointer = background._Checkpointer()
     try:
         checkpointer.request(uri, log.version, None, lake_.objects)
         checkpointer.settle()
@@ -184,7 +185,7 @@ def test_a_replay_whose_commits_were_cleaned_up_starts_again(tmp_path: Path) -> 
     next: it starts again from that checkpoint; a table the replay cannot model is
     checkpointed by delta-rs."""
     lake_, log, uri = build(LakeSpec(str(tmp_path), {}))
-    checkpointer = deltalog._Checkpointer()
+    checkpointer = background._Checkpointer()
     try:
         checkpointer.request(uri, log.version, None, lake_.objects)
         checkpointer.settle()

@@ -16,8 +16,8 @@ from deltalake.exceptions import CommitFailedError
 from support import LakeSpec
 
 from lakepubsub import errors
-from lakepubsub._lake import Lake, TableLog, deltalog, table_schemas
-from lakepubsub._lake.deltalog import _ceil_ms
+from lakepubsub._lake import Lake, TableLog, actions, table_schemas
+from lakepubsub._lake.actions import ceil_ms
 
 UTC_US = pa.timestamp("us", tz="UTC")
 SCHEMA = pa.schema(
@@ -85,7 +85,7 @@ def test_file_statistics_bound_the_data(lake: LakeSpec) -> None:
     # A second view reads the same bounds back from the log.
     again = TableLog(lake_, uri, tracked=("offset", "when"))
     assert again.files[only.path].maxs["when"] >= 1_700_000_000_000_509
-    assert _ceil_ms(1_700_000_000_000_000) == 1_700_000_000_000_999
+    assert ceil_ms(1_700_000_000_000_000) == 1_700_000_000_000_999
 
 
 def test_a_commit_on_a_stale_version_fails_and_leaves_no_file(lake: LakeSpec) -> None:
@@ -260,9 +260,9 @@ def test_file_statistics_are_the_same_below_and_above_the_small_table_cutoff(
             "empty": pa.array([None] * rows, pa.string()),
         }
     )
-    small = deltalog._stats(table)
-    monkeypatch.setattr(deltalog, "SMALL_STATS_ROWS", -1)  # pyarrow.compute only
-    assert small == deltalog._stats(table)
+    small = actions.stats(table)
+    monkeypatch.setattr(actions, "SMALL_STATS_ROWS", -1)  # pyarrow.compute only
+    assert small == actions.stats(table)
     assert small["numRecords"] == rows
     assert small["minValues"]["offset"] == min(table["offset"].to_pylist())
 

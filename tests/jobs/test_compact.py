@@ -25,7 +25,7 @@ from support import LakeSpec
 
 from jobs import compact
 from lakepubsub import Engine, constants
-from lakepubsub._lake import checkpoints, deltalog, table_schemas
+from lakepubsub._lake import checkpointer, checkpoints, table_schemas
 from lakepubsub.resources.subscriptions import Subscription
 from lakepubsub.resources.topics import Topic
 
@@ -130,7 +130,7 @@ def test_lease_tables_are_vacuumed_by_listing(
     """A lease table's checkpoints keep tombstones an hour (every lease commit
     removes a file), so the job finds the files removed before that by listing:
     they are deleted, files removed within the hour and live files are kept."""
-    monkeypatch.setattr(deltalog._CHECKPOINTS, "request", lambda *args: None)
+    monkeypatch.setattr(checkpointer._CHECKPOINTS, "request", lambda *args: None)
     with Engine(local_lake.settings()) as engine:
         topic = engine.create_topic(Topic(topic_name("leased")))
         sub = engine.create_subscription(Subscription(sub_name("leased-sub"), topic.name))

@@ -1,0 +1,200 @@
+"""The log's JSON: the live data files, read from add actions or from delta-rs's
+flattened ones, and the statistics written with a new file."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+# Delta truncates string statistics; longer values get no min/max (still correct).
+MAX_STRING_STAT_CHARS = 32
+# Up to this many rows, a column's min/max is taken in Python: pyarrow.compute's
+# dispatch costs about 5 us a call, more than the work for a few values, and most
+# files of single publishes and every lease table's cursor file hold one row. (The
+# results are the same: integers compare as numbers, strings by code point, which
+# is UTF-8 byte order.)
+SMALL_STATS_ROWS = 64
+_MS_PER_S = 1000
+_US_PER_MS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class DataFile:
+    """A live data file: its path relative to the table root and its statistics.
+
+    ``mins``/``maxs`` hold the tracked integer and timestamp columns (timestamps
+    in microseconds; a maximum written with millisecond precision is rounded up).
+    """
+
+    path: str
+    size: int
+    rows: int
+    mins: Mapping[str, int]
+    maxs: Mapping[str, int]
+    # The add action's tags (as written in the commit; delta-rs's snapshot of a
+    # loaded table does not return them, so files found by ``load`` have none).
+    tags: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+def refusal(protocol: Any, metadata: Any) -> str | None:
+    """Why direct writes to this table would be wrong, if they would."""
+    if protocol.min_reader_version > 1 or protocol.min_writer_version > 2:
+        return (
+            f"Delta protocol ({protocol.min_reader_version}, {protocol.min_writer_version}) "
+            "has features lakepubsub's writer does not implement"
+        )
+    if metadata.partition_columns:
+        return "partitioned tables are not written directly"
+    return None
+
+
+def files_of(actions: pa.Table, tracked: frozenset[str]) -> dict[str, DataFile]:
+    """Live files from delta-rs's flattened add actions."""
+    if actions.num_rows == 0:
+        return {}
+    columns: dict[str, list[Any]] = {}
+    for name in tracked:
+        for side in ("min", "max"):
+            key = f"{side}.{name}"
+            if key in actions.column_names:
+                columns[key] = _as_int(actions[key], max_side=side == "max")
+    paths = actions["path"].to_pylist()
+    sizes = actions["size_bytes"].to_pylist()
+    counts = actions["num_records"].to_pylist()
+    files = {}
+    for i, path in enumerate(paths):
+        mins = {n: v[i] for n in tracked if (v := columns.get(f"min.{n}")) and v[i] is not None}
+        maxs = {n: v[i] for n in tracked if (v := columns.get(f"max.{n}")) and v[i] is not None}
+        files[path] = DataFile(path, int(sizes[i]), int(counts[i] or 0), mins, maxs)
+    return files
+
+
+def _as_int(column: pa.ChunkedArray, *, max_side: bool) -> list[int | None]:
+    if pa.types.is_timestamp(column.type):
+        values: list[int | None] = (
+            column.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_pylist()
+        )
+        if max_side:  # statistics keep milliseconds: the true maximum may be later
+            return [None if v is None else ceil_ms(v) for v in values]
+        return values
+    return [None if v is None else int(v) for v in column.to_pylist()]
+
+
+def data_file(add: Mapping[str, Any], tracked: frozenset[str]) -> DataFile:
+    stats = add.get("stats")
+    parsed = orjson.loads(stats) if stats else {}
+    mins = _stat_values(parsed.get("minValues") or {}, tracked, max_side=False)
+    maxs = _stat_values(parsed.get("maxValues") or {}, tracked, max_side=True)
+    return DataFile(
+        add["path"],
+        int(add.get("size") or 0),
+        int(parsed.get("numRecords") or 0),
+        mins,
+        maxs,
+        add.get("tags") or {},
+    )
+
+
+def _stat_values(
+    values: Mapping[str, Any], tracked: frozenset[str], *, max_side: bool
+) -> dict[str, int]:
+    out = {}
+    for name in tracked:
+        value = values.get(name)
+        if isinstance(value, bool) or value is None:
+            continue
+        if isinstance(value, int):
+            out[name] = value
+        elif isinstance(value, str):
+            try:
+                stamp = datetime.fromisoformat(value)
+            except ValueError:
+                continue
+            if stamp.tzinfo is None:
+                stamp = stamp.replace(tzinfo=UTC)
+            us = _epoch_us(stamp)
+            out[name] = ceil_ms(us) if max_side else us
+    return out
+
+
+def _epoch_us(stamp: datetime) -> int:
+    delta = stamp - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def ceil_ms(us: int) -> int:
+    """The last microsecond of ``us``'s millisecond: an upper bound for a truncated maximum."""
+    return us - us % _US_PER_MS + _US_PER_MS - 1
+
+
+@functools.lru_cache(maxsize=64)
+def statistics_columns(schema: pa.Schema) -> list[str]:
+    """The columns whose parquet files carry min/max statistics: not binary payloads
+    or nested columns, which no reader filters on. A 1 KiB payload's minimum and
+    maximum, kept in the page header and the footer, made a one-message file of
+    6,262 bytes; without them it has 2,132."""
+    return [
+        field.name
+        for field in schema
+        if not (
+            pa.types.is_binary(field.type)
+            or pa.types.is_large_binary(field.type)
+            or pa.types.is_nested(field.type)
+        )
+    ]
+
+
+def stats(rows: pa.Table) -> dict[str, Any]:
+    """Delta file statistics: row count, null counts, min/max of simple columns."""
+    mins: dict[str, Any] = {}
+    maxs: dict[str, Any] = {}
+    nulls: dict[str, int] = {}
+    for field, column in zip(rows.schema, rows.columns, strict=True):
+        kind = field.type
+        if pa.types.is_nested(kind):
+            continue
+        nulls[field.name] = column.null_count
+        if column.null_count == len(column):
+            continue
+        if pa.types.is_timestamp(kind):
+            if kind.unit == "us":  # the same numbers, without a cast's dispatch
+                us = pa.chunked_array([c.view(pa.int64()) for c in column.chunks], pa.int64())
+            else:
+                us = column.cast(pa.timestamp("us", tz=kind.tz)).cast(pa.int64())
+            low, high = _min_max(us)
+            mins[field.name] = _format_ms(low // _US_PER_MS)
+            maxs[field.name] = _format_ms(-(-high // _US_PER_MS))
+        elif pa.types.is_integer(kind):
+            mins[field.name], maxs[field.name] = _min_max(column)
+        elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            low, high = _min_max(column)
+            if len(low) <= MAX_STRING_STAT_CHARS and len(high) <= MAX_STRING_STAT_CHARS:
+                mins[field.name], maxs[field.name] = low, high
+    return {"numRecords": rows.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls}
+
+
+def _min_max(column: pa.ChunkedArray | pa.Array) -> tuple[Any, Any]:
+    """The smallest and largest non-null value (the column has one)."""
+    if len(column) <= SMALL_STATS_ROWS:
+        values = [v for v in column.to_pylist() if v is not None]
+        return min(values), max(values)
+    result = pc.min_max(column)
+    return result["min"].as_py(), result["max"].as_py()
+
+
+def _format_ms(ms: int) -> str:
+    seconds, millis = divmod(ms, _MS_PER_S)
+    return f"{datetime.fromtimestamp(seconds, tz=UTC):%Y-%m-%dT%H:%M:%S}.{millis:03d}Z"
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
