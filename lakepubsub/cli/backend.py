@@ -5,8 +5,10 @@ same REST app in this process (``--direct``). Either way a request's failure is 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
+from collections.abc import Iterator
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
@@ -198,3 +200,19 @@ def pairs(items: tuple[str, ...]) -> dict[str, str]:
             raise click.BadParameter(f"expected key=value, got {item!r}")
         out[key] = value
     return out
+
+
+def echo(doc: Any) -> None:
+    click.echo(json.dumps(doc, indent=2, sort_keys=True))
+
+
+def paged(ctx: click.Context, path: str, field: str) -> Iterator[Any]:
+    token = ""
+    while True:
+        doc = backend(ctx).call(
+            "GET", f"{path}?pageSize=1000" + (f"&pageToken={token}" if token else "")
+        )
+        yield from doc.get(field, [])
+        token = doc.get("nextPageToken", "")
+        if not token:
+            return

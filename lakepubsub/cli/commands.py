@@ -4,11 +4,9 @@ publish and pull, over HTTP (default) or directly on the lake (``--direct``)."""
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import os
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -21,7 +19,9 @@ from lakepubsub.cli.backend import (
     CliError,
     backend,
     check_lake,
+    echo,
     none_found,
+    paged,
     pairs,
     project_id,
 )
@@ -46,10 +46,6 @@ class Cli(click.Group):
             raise CliError(f"{exc.status}: {one_line(exc.message)}", hint) from exc
         except (BotoCoreError, ClientError) as exc:  # the jobs' S3 listings
             raise CliError(f"storage: {one_line(str(exc))}", STORAGE_HINT) from exc
-
-
-def _echo(doc: Any) -> None:
-    click.echo(json.dumps(doc, indent=2, sort_keys=True))
 
 
 EPILOG = """\b
@@ -258,7 +254,7 @@ def topics_create(
     body: dict[str, Any] = {"labels": pairs(labels)} if labels else {}
     if retention:
         body["messageRetentionDuration"] = _retention(retention)
-    _echo(backend(ctx).call("PUT", f"/v1/projects/{project_id(ctx)}/topics/{topic}", body))
+    echo(backend(ctx).call("PUT", f"/v1/projects/{project_id(ctx)}/topics/{topic}", body))
 
 
 @topics.command("list")
@@ -266,7 +262,7 @@ def topics_create(
 def topics_list(ctx: click.Context) -> None:
     """Print the project's topics, one name a line."""
     found = False
-    for doc in _paged(ctx, f"/v1/projects/{project_id(ctx)}/topics", "topics"):
+    for doc in paged(ctx, f"/v1/projects/{project_id(ctx)}/topics", "topics"):
         click.echo(doc["name"])
         found = True
     if not found:
@@ -278,7 +274,7 @@ def topics_list(ctx: click.Context) -> None:
 @click.pass_context
 def topics_get(ctx: click.Context, topic: str) -> None:
     """Print TOPIC as JSON."""
-    _echo(backend(ctx).call("GET", f"/v1/projects/{project_id(ctx)}/topics/{topic}"))
+    echo(backend(ctx).call("GET", f"/v1/projects/{project_id(ctx)}/topics/{topic}"))
 
 
 @topics.command("retention")
@@ -354,7 +350,7 @@ def subscriptions_create(
         body["filter"] = filter_
     if exactly_once:
         body["enableExactlyOnceDelivery"] = True
-    _echo(backend(ctx).call("PUT", f"/v1/projects/{project}/subscriptions/{subscription}", body))
+    echo(backend(ctx).call("PUT", f"/v1/projects/{project}/subscriptions/{subscription}", body))
 
 
 @subscriptions.command("list")
@@ -365,13 +361,13 @@ def subscriptions_list(ctx: click.Context, topic: str | None) -> None:
     project = project_id(ctx)
     found = False
     if topic:
-        for name in _paged(
+        for name in paged(
             ctx, f"/v1/projects/{project}/topics/{topic}/subscriptions", "subscriptions"
         ):
             click.echo(name)
             found = True
     else:
-        for doc in _paged(ctx, f"/v1/projects/{project}/subscriptions", "subscriptions"):
+        for doc in paged(ctx, f"/v1/projects/{project}/subscriptions", "subscriptions"):
             click.echo(f"{doc['name']}  topic={doc['topic']}")
             found = True
     if not found:
@@ -384,7 +380,7 @@ def subscriptions_list(ctx: click.Context, topic: str | None) -> None:
 @click.pass_context
 def subscriptions_get(ctx: click.Context, subscription: str) -> None:
     """Print SUBSCRIPTION as JSON (with its truncation policy, if it has one)."""
-    _echo(backend(ctx).call("GET", f"/v1/projects/{project_id(ctx)}/subscriptions/{subscription}"))
+    echo(backend(ctx).call("GET", f"/v1/projects/{project_id(ctx)}/subscriptions/{subscription}"))
 
 
 @subscriptions.command("truncate")
@@ -414,85 +410,10 @@ def subscriptions_delete(ctx: click.Context, subscription: str) -> None:
     click.echo(f"deleted subscription {subscription}")
 
 
-# -- snapshots and seek ------------------------------------------------------------------
-
-
-@main.group()
-def snapshots() -> None:
-    """Capture a subscription's acknowledgment state, to seek back to later."""
-
-
-@snapshots.command("create")
-@click.argument("snapshot")
-@click.option("--subscription", required=True, help="The subscription to capture.")
-@click.pass_context
-def snapshots_create(ctx: click.Context, snapshot: str, subscription: str) -> None:
-    """Create SNAPSHOT of a subscription and print it as JSON."""
-    project = project_id(ctx)
-    sub = (
-        subscription if "/" in subscription else f"projects/{project}/subscriptions/{subscription}"
-    )
-    body = {"subscription": sub}
-    _echo(backend(ctx).call("PUT", f"/v1/projects/{project}/snapshots/{snapshot}", body))
-
-
-@snapshots.command("list")
-@click.pass_context
-def snapshots_list(ctx: click.Context) -> None:
-    """Print the project's snapshots, one a line."""
-    found = False
-    for doc in _paged(ctx, f"/v1/projects/{project_id(ctx)}/snapshots", "snapshots"):
-        click.echo(f"{doc['name']}  topic={doc['topic']}  expires={doc.get('expireTime')}")
-        found = True
-    if not found:
-        none_found(f"no snapshots in project {project_id(ctx)}")
-
-
-@snapshots.command("delete")
-@click.argument("snapshot")
-@click.pass_context
-def snapshots_delete(ctx: click.Context, snapshot: str) -> None:
-    """Delete SNAPSHOT."""
-    backend(ctx).call("DELETE", f"/v1/projects/{project_id(ctx)}/snapshots/{snapshot}")
-    click.echo(f"deleted snapshot {snapshot}")
-
-
-@main.command()
-@click.argument("subscription")
-@click.option("--time", "time_", default=None, help="RFC 3339 time, e.g. 2026-01-02T03:04:05Z.")
-@click.option("--snapshot", default=None, help="Snapshot id, or projects/P/snapshots/S.")
-@click.pass_context
-def seek(ctx: click.Context, subscription: str, time_: str | None, snapshot: str | None) -> None:
-    """Seek SUBSCRIPTION to a time (what was published before it counts as acknowledged,
-    what came after does not) or to a snapshot's acknowledgment state."""
-    if (time_ is None) == (snapshot is None):
-        raise click.UsageError("give exactly one of --time and --snapshot")
-    project = project_id(ctx)
-    body: dict[str, Any] = {"time": time_}
-    if snapshot is not None:
-        body = {
-            "snapshot": snapshot if "/" in snapshot else f"projects/{project}/snapshots/{snapshot}"
-        }
-    backend(ctx).call("POST", f"/v1/projects/{project}/subscriptions/{subscription}:seek", body)
-    click.echo(f"{subscription}: sought to {time_ or body['snapshot']}")
-
-
-def _paged(ctx: click.Context, path: str, field: str) -> Iterator[Any]:
-    token = ""
-    while True:
-        doc = backend(ctx).call(
-            "GET", f"{path}?pageSize=1000" + (f"&pageToken={token}" if token else "")
-        )
-        yield from doc.get(field, [])
-        token = doc.get("nextPageToken", "")
-        if not token:
-            return
-
-
 def _add_message_commands() -> None:
-    from lakepubsub.cli.messages import COMMANDS
+    from lakepubsub.cli import messages, snapshots
 
-    for command in COMMANDS:
+    for command in [*messages.COMMANDS, *snapshots.COMMANDS]:
         main.add_command(command)
 
 
