@@ -21,7 +21,7 @@ from support import LakeSpec, free_port
 from jobs import compact, truncate
 from jobs.cli import sql
 from lakepubsub import Engine, errors
-from lakepubsub._lake.deltalog import settle_checkpoints
+from lakepubsub._lake.checkpointer import settle_checkpoints
 from lakepubsub.messages import PublishMessage
 from lakepubsub.resources.names import SubscriptionName, TopicName
 from lakepubsub.resources.subscriptions import Subscription, TruncationPolicy

@@ -30,7 +30,7 @@ from jobs import compact, truncate
 from jobs.common import JobContext
 from lakepubsub import Engine, constants, errors
 from lakepubsub._lake import Lake
-from lakepubsub._lake.deltalog import settle_checkpoints
+from lakepubsub._lake.checkpointer import settle_checkpoints
 from lakepubsub.messages import PublishMessage
 from lakepubsub.publish.messages_table import MessagesTable
 from lakepubsub.resources.names import SnapshotName, SubscriptionName, TopicName
