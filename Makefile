@@ -59,19 +59,14 @@ spark-jars: install
 	$(BIN)/python -m lakepubsub.spark.fetch
 
 # The side-by-side benchmark (lakepubsub over REST vs NATS JetStream) and the
-# library-level one; bench/README.md documents both.
+# library-level one; bench-quick runs the CI form of every case `python -m bench
+# quick` lists, reports in bench/results/tmp. bench/README.md documents them all.
 bench: install
 	$(BIN)/python -m bench
-	$(BIN)/python -m bench.core
+	$(BIN)/python -m bench core
 
 bench-quick: install
-	$(BIN)/python -m bench --quick --out bench/results/tmp
-	$(BIN)/python -m bench.core --quick
-	$(BIN)/python -m bench.flood_bench --quick --out bench/results/tmp
-	$(BIN)/python -m bench.cost_bench --quick --out bench/results/tmp
-	$(BIN)/python -m bench.scaleout_bench --quick --out bench/results/tmp
-	$(BIN)/python -m bench.floors --quick --out bench/results/tmp
-	$(BIN)/python -m bench.s3 --quick --cases idle,load --out bench/results/tmp
+	$(BIN)/python -m bench quick
 
 # Fault injection: crash, storage faults, concurrency, fuzz (tests/chaos).
 chaos: install

@@ -30,27 +30,37 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
-import importlib.metadata
-import inspect
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import psutil
 
 from bench import grpc_bench, peer_nats
 from bench import peer_lakepubsub as lps
 from bench import workload as w
+from bench.charts import LABELS, latency_chart, throughput_chart
+from bench.harness.nats_server import find_nats_server
+from bench.report import (
+    EN_DASH,
+    NONE,
+    RESULTS,
+    cell,
+    cpu_model,
+    disk,
+    executable_version,
+    load,
+    now,
+    ratio,
+    software,
+)
+from bench.s3 import prices
 
-RESULTS = Path(__file__).parent / "results"
 README = Path(__file__).parent / "README.md"
 # The README's copy of the latest table sits between these lines.
 README_START = "<!-- bench:latest:start -->"
@@ -60,15 +70,6 @@ README_END = "<!-- bench:latest:end -->"
 QUICK_ROUND_TRIPS = 40
 # Share of the message counts that the moto S3 runs publish.
 S3_FRACTION = 0.1
-
-# S3 Standard request prices in us-east-1, USD per 1,000 requests, as quoted in
-# the product brief from aws.amazon.com/s3/pricing (not re-checked online when
-# a report is written; the report says so). DELETE requests are free.
-S3_PRICES_AS_OF = "2026-11"
-S3_PUT_TIER_PER_1000 = 0.005  # PUT, COPY, POST, LIST
-S3_GET_TIER_PER_1000 = 0.0004  # GET, SELECT and all other requests
-_PUT_TIER = ("put", "post", "list")
-_GET_TIER = ("get", "head")
 
 # Figures in the side-by-side table; the storage ones get a section of their own.
 _SIDE_BY_SIDE = (
@@ -84,21 +85,10 @@ _SIDE_BY_SIDE = (
     w.SERVER_PEAK_RSS,
     w.CLIENT_CPU_PER_MILLION,
 )
-_LABELS = {
-    peer_nats.SYSTEM: "NATS JetStream",
-    lps.SYSTEM: "lakepubsub (local lake)",
-    lps.SYSTEM_S3: "lakepubsub (moto S3)",
-}
-_COLORS = {peer_nats.SYSTEM: "#4c72b0", lps.SYSTEM: "#dd8452", lps.SYSTEM_S3: "#55a868"}
 # The gRPC cases' phase (both systems) in the report's timing line.
 GRPC_PHASE = "grpc"
-_PHASES = {**_LABELS, GRPC_PHASE: "gRPC cases"}
-_EN_DASH = "\u2013"
-_NONE = "\u2014"
+_PHASES = {**LABELS, GRPC_PHASE: "gRPC cases"}
 _MILLION = 1_000_000
-_PER_1000 = 1_000
-_GIB = 1024**3
-_CHART_DPI = 110
 
 Key = tuple[str, str, str]
 
@@ -225,14 +215,10 @@ def _run_rest(
 ) -> None:
     workload, s3_workload, fresh_server = done.workload, done.s3_workload, done.fresh_server
 
-    def nats(samples: list[float]) -> list[w.Result]:
-        # The NATS peer hands out raw latencies once its run_all takes latency_samples.
-        extra: dict[str, Any] = {}
-        if "latency_samples" in inspect.signature(peer_nats.run_all).parameters:
-            extra["latency_samples"] = samples
-        return peer_nats.run_all(workload, progress=progress, **extra)
-
-    timed(peer_nats.SYSTEM, nats)
+    timed(
+        peer_nats.SYSTEM,
+        lambda samples: peer_nats.run_all(workload, progress=progress, latency_samples=samples),
+    )
     timed(
         lps.SYSTEM,
         lambda samples: lps.run_all(
@@ -288,31 +274,6 @@ def _run_grpc(
 # --- tables -------------------------------------------------------------------
 
 
-def _fmt(value: float) -> str:
-    if value == 0:
-        return "0"
-    if abs(value) >= 100:
-        return f"{value:,.0f}"
-    if abs(value) >= 1:
-        return f"{value:.2f}"
-    return f"{value:.3g}"
-
-
-def _cell(result: w.Result | None, divisor: float = 1.0) -> str:
-    if result is None:
-        return _NONE
-    median = _fmt(result.median / divisor)
-    if len(result.values) == 1:
-        return median
-    return f"{median} [{_fmt(result.min / divisor)}{_EN_DASH}{_fmt(result.max / divisor)}]"
-
-
-def _ratio(ours: w.Result | None, peer: w.Result | None) -> str:
-    if ours is None or peer is None or peer.median == 0:
-        return _NONE
-    return f"{ours.median / peer.median:.3g}\u00d7"
-
-
 def _index(results: Iterable[w.Result], system: str) -> dict[Key, w.Result]:
     return {(r.case, r.metric, r.unit): r for r in results if r.system == system}
 
@@ -328,7 +289,7 @@ def side_by_side_table(results: Sequence[w.Result]) -> str:
     for key in keys:
         mine, theirs = ours.get(key), peer.get(key)
         lines.append(
-            f"| {' | '.join(key)} | {_cell(mine)} | {_cell(theirs)} | {_ratio(mine, theirs)} |"
+            f"| {' | '.join(key)} | {cell(mine)} | {cell(theirs)} | {ratio(mine, theirs)} |"
         )
     return "\n".join(lines)
 
@@ -399,15 +360,15 @@ def targets_table(results: Sequence[w.Result], workload: w.Workload) -> str:
         met = "yes" if t.met(result) else "**no**"
         bound = f"{'≥' if t.at_least else '≤'} {t.bound:,g}"
         lines.append(
-            f"| {t.label} | {t.unit} | {_cell(result, t.divisor)} | {bound} | {met} "
-            f"| {_cell(peer.get((t.case, t.metric)), t.divisor)} |"
+            f"| {t.label} | {t.unit} | {cell(result, t.divisor)} | {bound} | {met} "
+            f"| {cell(peer.get((t.case, t.metric)), t.divisor)} |"
         )
     latency = workload.latency[0].name
     for metric in (w.LATENCY_P50, w.LATENCY_P99):
         if (result := ours.get((latency, metric))) is not None:
             lines.append(
                 f"| end-to-end {metric.removeprefix('latency_')}, {latency} | {w.MS} "
-                f"| {_cell(result)} | {_NONE} | {_NONE} | {_cell(peer.get((latency, metric)))} |"
+                f"| {cell(result)} | {NONE} | {NONE} | {cell(peer.get((latency, metric)))} |"
             )
     return "\n".join(lines)
 
@@ -417,14 +378,7 @@ def _cost_per_million(by_kind: dict[str, w.Result]) -> w.Result | None:
     if not by_kind:
         return None
     runs = len(next(iter(by_kind.values())).values)
-
-    def tier(kinds: Sequence[str], run: int) -> float:
-        return sum(by_kind[k].values[run] for k in kinds if k in by_kind) / _PER_1000
-
-    costs = tuple(
-        tier(_PUT_TIER, i) * S3_PUT_TIER_PER_1000 + tier(_GET_TIER, i) * S3_GET_TIER_PER_1000
-        for i in range(runs)
-    )
+    costs = tuple(prices.usd({k: v.values[i] for k, v in by_kind.items()}) for i in range(runs))
     return w.Result(lps.SYSTEM_S3, "", "s3_request_cost", "USD/1M msgs", costs)
 
 
@@ -443,8 +397,8 @@ def storage_table(results: Sequence[w.Result], system: str) -> str:
     ]
     for case in cases:
         cells = [
-            _cell(by_case.get((case, lps.DELTA_COMMITS_PER_MILLION))),
-            _cell(by_case.get((case, lps.COMMIT_CONFLICTS_PER_MILLION))),
+            cell(by_case.get((case, lps.DELTA_COMMITS_PER_MILLION))),
+            cell(by_case.get((case, lps.COMMIT_CONFLICTS_PER_MILLION))),
         ]
         if s3:
             by_kind = {
@@ -452,9 +406,9 @@ def storage_table(results: Sequence[w.Result], system: str) -> str:
                 for kind in lps.S3_KINDS
                 if (case, lps.s3_metric(kind)) in by_case
             }
-            cells += [_cell(by_kind.get(kind)) for kind in lps.S3_KINDS]
+            cells += [cell(by_kind.get(kind)) for kind in lps.S3_KINDS]
             cost = _cost_per_million(by_kind)
-            cells.append(_cell(cost) if cost is None else _money(cost))
+            cells.append(cell(cost) if cost is None else _money(cost))
         lines.append(f"| {case} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
@@ -465,7 +419,7 @@ def _money(result: w.Result) -> str:
 
     if len(result.values) == 1:
         return usd(result.median)
-    return f"{usd(result.median)} [{usd(result.min)}{_EN_DASH}{usd(result.max)}]"
+    return f"{usd(result.median)} [{usd(result.min)}{EN_DASH}{usd(result.max)}]"
 
 
 def full_table(results: Sequence[w.Result], system: str) -> str:
@@ -524,8 +478,8 @@ def grpc_table(
         metrics = [m for m in _GRPC_FIGURES for k in (*ours, *peer) if k[:2] == (case, m)]
         if not metrics:
             lines.append(
-                f"| {case} | {_NONE} | | {_grpc_cell(None, (lps.SYSTEM, case) in failed)} "
-                f"| {_grpc_cell(None, (peer_nats.SYSTEM, case) in failed)} | | | |"
+                f"| {case} | {NONE} | | {_grpccell(None, (lps.SYSTEM, case) in failed)} "
+                f"| {_grpccell(None, (peer_nats.SYSTEM, case) in failed)} | | | |"
             )
             continue
         for metric in dict.fromkeys(metrics):
@@ -539,210 +493,37 @@ def grpc_table(
             beside = ours.get((twin, metric, unit)) if twin else None
             lines.append(
                 f"| {case} | {metric} | {unit} "
-                f"| {_grpc_cell(mine, (lps.SYSTEM, case) in failed)} "
-                f"| {_grpc_cell(theirs, (peer_nats.SYSTEM, case) in failed)} "
-                f"| {_ratio(mine, theirs)} | {_cell(beside)} | {twin if beside else ''} |"
+                f"| {_grpccell(mine, (lps.SYSTEM, case) in failed)} "
+                f"| {_grpccell(theirs, (peer_nats.SYSTEM, case) in failed)} "
+                f"| {ratio(mine, theirs)} | {cell(beside)} | {twin if beside else ''} |"
             )
     return "\n".join(lines)
 
 
-def _grpc_cell(result: w.Result | None, failed: bool) -> str:
+def _grpccell(result: w.Result | None, failed: bool) -> str:
     if result is None:
-        return _FAILED if failed else _NONE
-    return f"{_cell(result)} ({_FAILED} in some runs)" if failed else _cell(result)
+        return _FAILED if failed else NONE
+    return f"{cell(result)} ({_FAILED} in some runs)" if failed else cell(result)
 
 
 # --- the machine --------------------------------------------------------------
 
 
-def _version(package: str) -> str:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def _command(*argv: str) -> str:
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return done.stdout.strip()
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
-def _disk(path: str) -> str:
-    """The device, file system and size under ``path`` (where the lakes and stores live)."""
-    parts = [p for p in psutil.disk_partitions(all=True) if path.startswith(p.mountpoint)]
-    if not parts:
-        return "unknown disk"
-    part = max(parts, key=lambda p: len(p.mountpoint))
-    usage = psutil.disk_usage(part.mountpoint)
-    device = Path(part.device).name
-    rotational = Path(f"/sys/block/{device}/queue/rotational")
-    kind = ""
-    if rotational.is_file():
-        kind = f", kernel-reported rotational={rotational.read_text().strip()}"
-    model = _command("lsblk", "-dno", "MODEL,TRAN", part.device)
-    return (
-        f"{part.device} ({part.fstype}, {usage.total / _GIB:.0f} GiB, "
-        f"{usage.free / _GIB:.0f} GiB free{kind}{', ' + model if model else ''}) "
-        f"mounted at {part.mountpoint}"
-    )
-
-
 def machine_lines(done: Run) -> list[str]:
-    nats_server = _command(peer_nats.find_nats_server(), "--version") or "unknown"
+    nats = executable_version(find_nats_server(), "--version")
     temp = tempfile.gettempdir()
     return [
-        f"- **CPU:** {os.cpu_count()} cores ({_cpu_model()}); "
-        f"{psutil.virtual_memory().total / _GIB:.1f} GiB RAM; {platform.platform()}",
-        f"- **Disk:** lakes, moto and the JetStream store in `{temp}` on {_disk(temp)}",
-        f"- **Load average** (1/5/15 min): {_load(done.load_before)} at the start, "
-        f"{_load(done.load_after)} at the end. Other jobs shared the machine; figures are noisy.",
-        f"- **Software:** Python {platform.python_version()}; lakepubsub "
-        f"{_version('lakepubsub')}, deltalake {_version('deltalake')}, pyarrow "
-        f"{_version('pyarrow')}, FastAPI {_version('fastapi')}, uvicorn {_version('uvicorn')} "
-        f"(uvloop {_version('uvloop')}, httptools {_version('httptools')}), httpx "
-        f"{_version('httpx')}, orjson {_version('orjson')}; {nats_server}, nats-py "
-        f"{_version('nats-py')}; moto {_version('moto')}",
+        f"- **CPU:** {os.cpu_count()} cores ({cpu_model()}); "
+        f"{psutil.virtual_memory().total / 1024**3:.1f} GiB RAM; {platform.platform()}",
+        f"- **Disk:** lakes, moto and the JetStream store in `{temp}` on {disk(temp)}",
+        f"- **Load average** (1/5/15 min): {load(done.load_before)} at the start, "
+        f"{load(done.load_after)} at the end. Other jobs shared the machine; figures are noisy.",
+        f"- **Software:** Python {platform.python_version()}; "
+        + software("lakepubsub", "deltalake", "pyarrow", "fastapi", "uvicorn")
+        + f" ({software('uvloop', 'httptools')}), {software('httpx', 'orjson')}; "
+        f"{nats}, {software('nats-py')}; {software('moto')}",
         *([grpc_bench.software_line()] if done.grpc_workload else []),
     ]
-
-
-def _load(load: tuple[float, float, float]) -> str:
-    return " / ".join(f"{v:.1f}" for v in load)
-
-
-# --- charts -------------------------------------------------------------------
-
-
-def throughput_chart(results: Sequence[w.Result], path: Path) -> None:
-    """Grouped horizontal bars: throughput per case and system, min-max whiskers."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    found = [r for r in results if r.metric == w.THROUGHPUT]
-    cases = list(dict.fromkeys(r.case for r in found))
-    systems = [s for s in _LABELS if any(r.system == s for r in found)]
-    by_key = {(r.system, r.case): r for r in found}
-    height = 0.8 / len(systems)
-    fig, ax = plt.subplots(figsize=(10, 0.5 + 0.55 * len(cases) * len(systems)))
-    for k, system in enumerate(systems):
-        rows = [(i, by_key[system, c]) for i, c in enumerate(cases) if (system, c) in by_key]
-        ys = [i + (k - (len(systems) - 1) / 2) * height for i, _ in rows]
-        medians = [r.median for _, r in rows]
-        errors = [[r.median - r.min for _, r in rows], [r.max - r.median for _, r in rows]]
-        ax.barh(ys, medians, height, xerr=errors, label=_LABELS[system], color=_COLORS[system])
-        for y, value in zip(ys, medians, strict=True):
-            ax.annotate(
-                f" {_fmt(value)}", (value, y), va="center", fontsize=7, annotation_clip=False
-            )
-    ax.set_yticks(range(len(cases)), cases, fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xscale("log")
-    ax.set_xlabel("messages per second (log scale; median, whiskers min-max)")
-    ax.set_title("Throughput, 1 KiB messages")
-    ax.legend(loc="lower right", fontsize=8)
-    ax.grid(axis="x", which="both", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=_CHART_DPI)
-    plt.close(fig)
-
-
-def latency_chart(done: Run, path: Path) -> None:
-    """End-to-end latency CDF (latency case), and publish round-trip p50/p99 per publish case."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    results = done.results
-    fig, (cdf, batches) = plt.subplots(1, 2, figsize=(13, 5.5))
-    latency_case = done.workload.latency[0].name
-    for system, label in _LABELS.items():
-        samples = sorted(done.latency_samples.get(system, []))
-        if samples:
-            fractions = [(i + 1) / len(samples) for i in range(len(samples))]
-            cdf.step(samples, fractions, where="post", label=label, color=_COLORS[system])
-            continue
-        # A system that reports only percentiles shows them as points.
-        points = [
-            (r.median, fraction)
-            for metric, fraction in (
-                (w.LATENCY_P50, 0.5),
-                (w.LATENCY_P99, 0.99),
-                (w.LATENCY_MAX, 1.0),
-            )
-            for r in results
-            if r.system == system and r.metric == metric and r.case == latency_case
-        ]
-        if points:
-            xs, ys = zip(*points, strict=True)
-            cdf.plot(xs, ys, "o", label=f"{label} (p50, p99, max only)", color=_COLORS[system])
-    for system, samples in done.grpc_latency_samples.items():
-        # The gRPC latency case (Go clients on both sides), dashed.
-        ordered = sorted(samples)
-        fractions = [(i + 1) / len(ordered) for i in range(len(ordered))]
-        rate = done.grpc_workload.latency_rate_per_s if done.grpc_workload else 0
-        over = " over gRPC" if system == lps.SYSTEM else ""
-        label = f"{_LABELS[system]}, Go client{over} ({rate:,} msgs/s)"
-        cdf.step(
-            ordered, fractions, where="post", linestyle="--", label=label, color=_COLORS[system]
-        )
-    cdf.set_xscale("log")
-    cdf.set_xlabel("publish → receive latency, ms (log scale)")
-    cdf.set_ylabel("fraction of messages")
-    rate = done.workload.latency[0].offered_rate_per_s
-    cdf.set_title(f"End-to-end latency at {rate:,} msgs/s offered ({latency_case}), all runs")
-    cdf.grid(which="both", alpha=0.3)
-    cdf.legend(fontsize=8, loc="lower right")
-
-    publish = [c.name for c in done.workload.publish]
-    systems = [s for s in (peer_nats.SYSTEM, lps.SYSTEM) if any(r.system == s for r in results)]
-    by_key = {(r.system, r.case, r.metric): r for r in results}
-    width = 0.8 / (2 * len(systems))
-    for k, (system, metric) in enumerate(
-        (s, m) for s in systems for m in (w.BATCH_LATENCY_P50, w.BATCH_LATENCY_P99)
-    ):
-        offsets = [i + (k - (2 * len(systems) - 1) / 2) * width for i in range(len(publish))]
-        values = [
-            by_key[system, c, metric].median if (system, c, metric) in by_key else 0.0
-            for c in publish
-        ]
-        hatch = "//" if metric == w.BATCH_LATENCY_P99 else ""
-        label = f"{_LABELS[system]} {metric.removeprefix('batch_latency_')}"
-        batches.bar(
-            offsets,
-            values,
-            width,
-            label=label,
-            color=_COLORS[system],
-            hatch=hatch,
-            edgecolor="white",
-        )
-    batches.set_xticks(
-        range(len(publish)), [c.removeprefix("publish ") for c in publish], rotation=20, fontsize=8
-    )
-    batches.set_yscale("log")
-    batches.set_ylabel("publish request round trip, ms (log scale; medians of runs)")
-    batches.set_title("Publish round-trip latency p50 / p99 per publish case")
-    batches.grid(axis="y", which="both", alpha=0.3)
-    batches.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=_CHART_DPI)
-    plt.close(fig)
 
 
 # --- the report ---------------------------------------------------------------
@@ -788,17 +569,17 @@ def _workload_lines(workload: w.Workload, *, fresh_server: bool) -> list[str]:
 
 def report(done: Run, *, command: str, charts: tuple[str | None, str | None]) -> str:
     """The report; ``charts`` are the chart files' names (``None``: no such chart)."""
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    written = now()
     minutes = sum(done.elapsed_s.values()) / 60
     took = ", ".join(f"{_PHASES.get(s, s)} {t / 60:.1f} min" for s, t in done.elapsed_s.items())
     sections = ["# lakepubsub vs NATS JetStream: side-by-side benchmark", ""]
     if done.partial:
         sections += [
-            f"**Partial report** ({now}): the run is still going; the cases so far.",
+            f"**Partial report** ({written}): the run is still going; the cases so far.",
             "",
         ]
     sections += [
-        f"Written {now} by `{command}` in {minutes:.1f} min ({took}).",
+        f"Written {written} by `{command}` in {minutes:.1f} min ({took}).",
         "",
         "## Machine",
         "",
@@ -868,11 +649,8 @@ def report(done: Run, *, command: str, charts: tuple[str | None, str | None]) ->
             *_workload_lines(done.s3_workload, fresh_server=done.fresh_server),
             "",
             "S3 requests are counted from moto's request log over each case's timed part "
-            "(setup and backlog publishing excluded). Request cost at S3 Standard prices "
-            f"(us-east-1, as of {S3_PRICES_AS_OF}, from aws.amazon.com/s3/pricing, not re-checked "
-            f"when this report was written): PUT, COPY, POST and LIST "
-            f"${S3_PUT_TIER_PER_1000} per 1,000; GET, HEAD and other requests "
-            f"${S3_GET_TIER_PER_1000} per 1,000; DELETE free. Storage and transfer not included.",
+            f"(setup and backlog publishing excluded). Request cost at {prices.describe()}. "
+            "Storage and transfer not included.",
             "",
             storage_table(done.results, lps.SYSTEM_S3),
             "",
@@ -900,13 +678,13 @@ def update_readme(readme: Path, done: Run, report_name: str) -> None:
     start, end = text.find(README_START), text.find(README_END)
     if start < 0 or end < start:
         return
-    load = _load(done.load_before)
+    at_start = load(done.load_before)
     body = "\n".join(
         [
             README_START,
             "",
-            f"From `results/{report_name}` ({datetime.date.today().isoformat()}, "
-            f"{os.cpu_count()} cores, load average {load} at the start; "
+            f"From `results/{report_name}` ({now()[:10]}, "
+            f"{os.cpu_count()} cores, load average {at_start} at the start; "
             "median [min-max] of the runs; ratio = lakepubsub ÷ NATS):",
             "",
             targets_table(done.results, done.workload),
@@ -995,7 +773,3 @@ def main(argv: Sequence[str] | None = None) -> None:
     if done.failures:
         print(f"\n{len(done.failures)} failed:\n{grpc_bench.failures_table(done.failures)}")
         raise SystemExit(1)
-
-
-if __name__ == "__main__":
-    main()

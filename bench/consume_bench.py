@@ -1,6 +1,6 @@
 """Scheduled batch consumers: the Delta-transaction design against Structured Streaming.
 
-    python -m bench.consume_bench [--messages N] [--incremental N] [--runs N] [--quick]
+    python -m bench consume [--messages N] [--incremental N] [--runs N] [--quick]
 
 On a local lake, each round publishes ``--messages`` 1 KiB messages (batches
 of 1,000, one commit each) to a new topic with two subscriptions, then runs
@@ -24,18 +24,17 @@ bench/results/consume.md (or consume-quick.md).
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-from bench.spark_scan import tree_cpu_s
+from bench import report as out
+from bench.harness.meter import tree_cpu_s
 from jobs import batch_consume, stream_consume
 from jobs.common import JobContext
 from jobs.examples import hourly_counts
@@ -46,7 +45,6 @@ from lakepubsub.resources.subscriptions import Subscription
 from lakepubsub.resources.topics import Topic
 from lakepubsub.spark import local_session
 
-RESULTS = Path(__file__).parent / "results"
 DATA_BYTES = 1024
 PUBLISH_BATCH = 1_000
 FULL_MESSAGES = 200_000
@@ -214,22 +212,14 @@ def run(messages: int, incremental: int, runs: int, quick: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else "")
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = out.parser(__doc__ or "", quick="small sizes, one round (CI)")
     parser.add_argument("--messages", type=int, default=0, help="backlog per round")
     parser.add_argument("--incremental", type=int, default=0, help="published after it")
     parser.add_argument("--runs", type=int, default=DEFAULT_RUNS, help="rounds")
-    parser.add_argument("--quick", action="store_true", help="small sizes, one round (CI)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     messages = args.messages or (QUICK_MESSAGES if args.quick else FULL_MESSAGES)
     incremental = args.incremental or (QUICK_INCREMENTAL if args.quick else FULL_INCREMENTAL)
     runs = 1 if args.quick else max(1, args.runs)
     report = run(messages, incremental, runs, args.quick)
-    RESULTS.mkdir(exist_ok=True)
-    name = "consume-quick.md" if args.quick else "consume.md"
-    (RESULTS / name).write_text(report)
-    print(report)
-
-
-if __name__ == "__main__":
-    main()
+    out.write(args.out, "consume-quick.md" if args.quick else "consume.md", report)

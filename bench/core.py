@@ -1,6 +1,6 @@
 """Library-level benchmark of the core engine (no HTTP): publish and pull+ack.
 
-    python -m bench.core [--quick] [--s3] [--runs N]
+    python -m bench core [--quick] [--s3] [--runs N] [--out DIR]
 
 Workloads (1 KiB messages, one process, real threads):
 - publish throughput: 8 threads publishing batches of 1,000;
@@ -9,24 +9,22 @@ Workloads (1 KiB messages, one process, real threads):
   (pull up to 1,000, then acknowledge them), with Delta commits per delivered message.
 
 Each figure is the median of ``--runs`` runs (min-max in brackets). Writes
-bench/results/core.md (or core-quick.md).
+core.md (or core-quick.md).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import platform
 import statistics
 import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
+from bench import report
 from bench.harness.moto_server import MotoServer
 from lakepubsub import (
     Engine,
@@ -40,7 +38,6 @@ from lakepubsub import (
 )
 
 MESSAGE_BYTES = 1024
-RESULTS = Path(__file__).parent / "results"
 
 
 @dataclass(frozen=True)
@@ -187,12 +184,11 @@ def run(where: str, uri: str, options: dict[str, str], sizes: Sizes) -> list[tup
     return [(f"{labels[k]} [{where}]", fmt(v)) for k, v in collected.items()]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else "")
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, for CI")
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = report.parser(__doc__ or "", quick="tiny sizes, for CI")
     parser.add_argument("--s3", action="store_true", help="also run on a moto S3 server")
     parser.add_argument("--runs", type=int, default=0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     if args.runs:
         sizes = Sizes(**{**sizes.__dict__, "runs": args.runs})
@@ -208,17 +204,13 @@ def main() -> None:
         )
         with moto_lake() as (uri, options):
             rows += run("moto S3", uri, options, s3_sizes)
-    header = (
-        f"# Core engine benchmark{' (quick)' if args.quick else ''}\n\n"
-        f"Machine: {os.cpu_count()} cores, {platform.machine()}, Python "
-        f"{platform.python_version()}; local lake on the working disk; 1 KiB messages; "
-        f"median of {sizes.runs} run(s) [min-max].\n\n| workload | result |\n|---|---|\n"
-    )
-    table = header + "".join(f"| {k} | {v} |\n" for k, v in rows)
-    print(table)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / ("core-quick.md" if args.quick else "core.md")).write_text(table)
-
-
-if __name__ == "__main__":
-    main()
+    lines = [
+        *report.header(
+            f"Core engine benchmark{' (quick)' if args.quick else ''}",
+            command=report.command("core", argv),
+            about=f"local lake on the working disk; 1 KiB messages; median of {sizes.runs} "
+            "run(s) [min-max]",
+        ),
+        *report.table(["workload", "result"], rows, right=2),
+    ]
+    report.write(args.out, "core-quick.md" if args.quick else "core.md", lines)

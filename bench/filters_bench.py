@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 
@@ -84,11 +84,11 @@ def measure(
     )
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     arguments = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     arguments.add_argument("--rows", type=int, default=100_000)
     arguments.add_argument("--repeat", type=int, default=5)
-    options = arguments.parse_args()
+    options = arguments.parse_args(argv)
     rows = make_rows(options.rows)
     column = pa.array(rows, type=pa.map_(pa.string(), pa.string()))
     dicts = [row or {} for row in rows]
@@ -97,7 +97,3 @@ def main() -> None:
         measure(name, parse_filter(text), column, dicts, options.repeat)
     for name, text in LABEL_QUERIES.items():
         measure(name, parse_label_query(text), column, dicts, options.repeat)
-
-
-if __name__ == "__main__":
-    main()

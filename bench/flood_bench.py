@@ -1,6 +1,6 @@
 """Overload: single-message REST publishes at twice the server's capacity.
 
-    python -m bench.flood_bench [--quick] [--seconds 30] [--factor 2] [--connections 2048]
+    python -m bench flood [--quick] [--seconds 30] [--factor 2] [--connections 2048]
 
 One ``lakepubsub serve`` process on a local lake; the Go load generator
 (``bench/loadgen``, ``-system rest -mode flood``) first measures the capacity
@@ -20,17 +20,14 @@ an accepted one is never lost). Written to ``bench/results/flood.md``.
 
 from __future__ import annotations
 
-import argparse
-import platform
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 from bench import gobuild
-from bench import peer_lakepubsub as lps
+from bench import report as out
 from bench.grpc_bench import run_loadgen
+from bench.harness.lakepubsub_server import LakePubSubServer
 
-RESULTS = Path(__file__).resolve().parent / "results"
 # Closed-loop workers that find the capacity (enough to keep one process busy).
 PUBLISHERS = 32
 CAPACITY_S = 10.0
@@ -47,25 +44,18 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _stored(server: lps.LakePubSubServer, topic: str) -> int:
-    from lakepubsub.resources.names import TopicName
-
-    with server.engine() as engine:
-        return engine.topic_head(TopicName.parse(topic))
-
-
 def run(*, seconds: float, factor: float, capacity_s: float, connections: int) -> list[str]:
     binary = gobuild.build()
-    with lps.LakePubSubServer(grpc=True) as server:
+    with LakePubSubServer(serve=True) as server:
         common = ["-system", "rest", "-mode", "flood", "-url", server.url]
-        warm = lps._create_topic(server)
+        warm = server.create_topic()
         run_loadgen(
             binary,
             [*common, "-topic", warm, "-rate", "0", "-publishers", str(PUBLISHERS),
              "-duration", "1", "-messages", "1000"],
             server_pid=server.pid,
         )  # fmt: skip
-        topic = lps._create_topic(server)
+        topic = server.create_topic()
         closed, closed_usage = run_loadgen(
             binary,
             [*common, "-topic", topic, "-rate", "0", "-publishers", str(PUBLISHERS),
@@ -75,7 +65,7 @@ def run(*, seconds: float, factor: float, capacity_s: float, connections: int) -
         capacity = closed["published"] / closed.elapsed_s
         rate = factor * capacity
         requests = int(rate * seconds)
-        flood_topic = lps._create_topic(server)
+        flood_topic = server.create_topic()
         started = time.monotonic()
         report, usage = run_loadgen(
             binary,
@@ -84,21 +74,20 @@ def run(*, seconds: float, factor: float, capacity_s: float, connections: int) -
             server_pid=server.pid,
         )  # fmt: skip
         wall_s = time.monotonic() - started
-        stored = _stored(server, flood_topic)
+        stored = server.topic_head(flood_topic)
     statuses: dict[str, int] = report["statuses"] or {}
     failures: dict[str, int] = report.doc.get("transport_errors") or {}
     accepted = statuses.get("200", 0)
     latencies = report.latencies_ms
     answered = sum(statuses.values())
     lines = [
-        "# Overload: single-message REST publishes past capacity",
-        "",
-        f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC · {platform.machine()} · "
-        f"`python -m bench.flood_bench --seconds {seconds:g} --factor {factor:g}"
-        f" --connections {connections}` · "
-        "one `lakepubsub serve` process, local lake, 1 KiB messages, Go load generator "
-        "(`bench/loadgen`, `-system rest -mode flood`)",
-        "",
+        *out.header(
+            "Overload: single-message REST publishes past capacity",
+            command=f"python -m bench flood --seconds {seconds:g} --factor {factor:g}"
+            f" --connections {connections}",
+            about="one `lakepubsub serve` process, local lake, 1 KiB messages, Go load generator "
+            "(`bench/loadgen`, `-system rest -mode flood`)",
+        ),
         f"- **capacity** (closed loop, {PUBLISHERS} workers, {capacity_s:g} s): "
         f"{capacity:,.0f} publishes/s; p50 / p99 "
         f"{percentile(closed.latencies_ms, 0.5):.1f} / "
@@ -124,25 +113,17 @@ def run(*, seconds: float, factor: float, capacity_s: float, connections: int) -
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a few seconds (CI)")
+    parser = out.parser(__doc__ or "", quick="a few seconds (CI)")
     parser.add_argument("--seconds", type=float, default=30.0, help="length of the flood")
     parser.add_argument("--factor", type=float, default=2.0, help="times the capacity")
     parser.add_argument(
         "--connections", type=int, default=CONNECTIONS, help="connections of the flood at most"
     )
-    parser.add_argument("--out", type=Path, default=RESULTS, help="report directory")
     args = parser.parse_args(argv)
-    seconds = QUICK_SECONDS if args.quick else args.seconds
-    capacity_s = QUICK_CAPACITY_S if args.quick else CAPACITY_S
     lines = run(
-        seconds=seconds, factor=args.factor, capacity_s=capacity_s, connections=args.connections
+        seconds=QUICK_SECONDS if args.quick else args.seconds,
+        factor=args.factor,
+        capacity_s=QUICK_CAPACITY_S if args.quick else CAPACITY_S,
+        connections=args.connections,
     )
-    text = "\n".join(lines) + "\n"
-    print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "flood.md").write_text(text)
-
-
-if __name__ == "__main__":
-    main()
+    out.write(args.out, "flood.md", lines)

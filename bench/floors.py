@@ -1,6 +1,6 @@
 """Floors: what the maintained parts cost before lakepubsub does any work.
 
-    python -m bench.floors [--quick] [--runs N] [--out DIR]
+    python -m bench floors [--quick] [--runs N] [--out DIR]
 
 The side-by-side cases compare lakepubsub with NATS JetStream. Some of their
 targets ask for less time or CPU per message than the libraries lakepubsub is
@@ -25,7 +25,7 @@ JetStream in the same run, with the same clients:
 - ``commit``: lakepubsub's own single-message publish (``Engine.publish``, one
   Delta commit), called in a loop, no HTTP.
 
-Written to ``bench/results/floors.md``.
+Written to ``floors.md``.
 """
 
 from __future__ import annotations
@@ -60,16 +60,17 @@ from google.pubsub_v1.types import (
 )
 
 from api.grpc.door import SERVER_OPTIONS
-from bench import compare, gobuild, grpc_bench, peer_nats, scratch
+from bench import gobuild, grpc_bench, peer_nats, report
 from bench import peer_lakepubsub as lps
 from bench import workload as w
+from bench.clients import run_clients, span_s
+from bench.harness import scratch
+from bench.harness.lakepubsub_server import BenchError
+from bench.harness.nats_server import NatsServer
 from lakepubsub import Engine, PublishMessage, Topic, TopicName
 from lakepubsub._lake import table_schemas
 from lakepubsub.settings import Settings
 
-RESULTS = Path(__file__).resolve().parent / "results"
-BenchError = grpc_bench.BenchError
-MILLION = 1_000_000
 FLOOR = "empty server"
 TOPIC = "projects/bench/topics/floors"
 PAYLOAD_BYTES = 1024
@@ -178,7 +179,7 @@ def empty_grpc_server(directory: Path) -> Iterator[tuple[int, int]]:
         text = port_file.read_text() if port_file.exists() else ""
         return int(text) if text else None
 
-    command = [sys.executable, "-m", "bench.floors", "--serve-grpc", str(port_file)]
+    command = [sys.executable, "-m", "bench", "floors", "--serve-grpc", str(port_file)]
     with _process(command, written) as server:
         yield server
 
@@ -190,16 +191,17 @@ def _figures(system: str, case: str, elapsed_s: float, latencies_ms: Sequence[fl
              server_cpu_s: float, client_cpu_s: float) -> list[w.Result]:  # fmt: skip
     if len(latencies_ms) != n:
         raise BenchError(f"{case}: {len(latencies_ms)} round trips for {n} publishes")
-
-    def result(metric: str, unit: str, value: float) -> w.Result:
-        return w.Result(system, case, metric, unit, (value,))
-
+    publish = w.publish_figures(
+        system, case, seconds=elapsed_s, messages=n, round_trips_ms=latencies_ms
+    )
     return [
-        result(w.THROUGHPUT, w.MSGS_PER_S, n / elapsed_s),
-        result(w.BATCH_LATENCY_P50, w.MS, w.percentile(latencies_ms, 0.50)),
-        result(w.BATCH_LATENCY_P99, w.MS, w.percentile(latencies_ms, 0.99)),
-        result(w.SERVER_CPU_PER_MILLION, w.CPU_S_PER_MILLION, server_cpu_s * MILLION / n),
-        result(w.CLIENT_CPU_PER_MILLION, w.CPU_S_PER_MILLION, client_cpu_s * MILLION / n),
+        *publish[:3],  # all but the message count
+        w.result(
+            system, case, w.SERVER_CPU_PER_MILLION, w.CPU_S_PER_MILLION, server_cpu_s / n * 1e6
+        ),
+        w.result(
+            system, case, w.CLIENT_CPU_PER_MILLION, w.CPU_S_PER_MILLION, client_cpu_s / n * 1e6
+        ),
     ]
 
 
@@ -224,21 +226,21 @@ def rest_floor(clients: int, n: int) -> list[w.Result]:
             )
             for k in range(clients)
         ]
-        reports, usage = lps._run_clients(jobs, server_pid=pid)
+        reports, usage = run_clients(jobs, server_pid=pid, preload=lps.__name__)
     latencies = [ms for r in reports for ms in r.latencies_ms]
     total = per_client * clients
-    return _figures(FLOOR, rest_case(clients), lps._span_s(reports), latencies, total,
+    return _figures(FLOOR, rest_case(clients), span_s(reports), latencies, total,
                     usage.cpu_s, sum(r.cpu_s for r in reports))  # fmt: skip
 
 
 def rest_nats(clients: int, n: int) -> list[w.Result]:
     per_client = n // clients
-    with peer_nats.NatsServer() as server:
-        asyncio.run(peer_nats._create_stream(server.url))
+    with NatsServer() as server:
+        asyncio.run(peer_nats.create_stream(server.url))
         reports, usage = peer_nats._publish(server, batch_size=1, per_client=[per_client] * clients)
     latencies = [ms for r in reports for ms in r.latencies_ms]
     total = per_client * clients
-    return _figures(peer_nats.SYSTEM, rest_case(clients), peer_nats._span_s(reports), latencies,
+    return _figures(peer_nats.SYSTEM, rest_case(clients), span_s(reports), latencies,
                     total, usage.cpu_s, sum(r.cpu_s for r in reports))  # fmt: skip
 
 
@@ -251,9 +253,14 @@ def grpc_floor(binary: Path, publishers: int, n: int, directory: Path) -> list[w
             server_pid=pid,
             env={"PUBSUB_EMULATOR_HOST": f"127.0.0.1:{port}"},
         )  # fmt: skip
-    grpc_bench._check_published(report, n)
+    _check_published(report.doc, n)
     return _figures(FLOOR, grpc_case(publishers), report.elapsed_s, report.latencies_ms, n,
                     usage.cpu_s, report.cpu_s)  # fmt: skip
+
+
+def _check_published(report: dict[str, Any], n: int) -> None:
+    if report["published"] != n:
+        raise BenchError(f"{report['published']} of {n} publishes confirmed")
 
 
 def grpc_pair(binary: Path, publishers: int, n: int, directory: Path) -> list[w.Result]:
@@ -261,8 +268,8 @@ def grpc_pair(binary: Path, publishers: int, n: int, directory: Path) -> list[w.
 
 
 def grpc_nats(binary: Path, publishers: int, n: int) -> list[w.Result]:
-    with peer_nats.NatsServer() as server:
-        asyncio.run(peer_nats._create_stream(server.url))
+    with NatsServer() as server:
+        asyncio.run(peer_nats.create_stream(server.url))
         report, usage = grpc_bench.run_loadgen(
             binary,
             ["-system", "nats", "-mode", "publish", "-nats-url", server.url,
@@ -270,7 +277,7 @@ def grpc_nats(binary: Path, publishers: int, n: int) -> list[w.Result]:
              "-messages", str(n), "-single"],
             server_pid=server.pid,
         )  # fmt: skip
-    grpc_bench._check_published(report, n)
+    _check_published(report.doc, n)
     return _figures(peer_nats.SYSTEM, grpc_case(publishers), report.elapsed_s,
                     report.latencies_ms, n, usage.cpu_s, report.cpu_s)  # fmt: skip
 
@@ -425,18 +432,17 @@ def _in_process(commits: int) -> list[w.Result]:
     return [w.Result(FLOOR, IN_PROCESS, name, MICROSECONDS, (value,)) for name, value in found]
 
 
-def report(
+def write_report(
     results: Sequence[w.Result], *, command: str, minutes: float, load: Sequence[float]
-) -> str:
+) -> list[str]:
     by_key = {(r.system, r.case, r.metric): r for r in results}
     lines = [
-        "# Floors: what the maintained parts cost before lakepubsub does any work",
-        "",
-        f"Written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `{command}` in "
-        f"{minutes:.1f} min. {os.cpu_count()} cores; {platform.platform()}; load average "
-        f"{' / '.join(f'{v:.1f}' for v in load)} at the start. What each figure is: "
-        "`bench/floors.py`. Median [min-max] of the runs.",
-        "",
+        *report.header(
+            "Floors: what the maintained parts cost before lakepubsub does any work",
+            command=command,
+            about=f"{minutes:.1f} min; {platform.platform()}; load average {report.load(load)} "
+            "at the start. What each figure is: `bench/floors.py`. Median [min-max] of the runs.",
+        ),
         "## Against a server that does nothing, with the benchmark's own clients",
         "",
         "`empty server`: for `rest` uvicorn (uvloop, httptools) with an ASGI app that parses "
@@ -459,21 +465,19 @@ def report(
             either = floor or peer
             unit = either.unit if either is not None else ""
             lines.append(
-                f"| {case} | {metric} | {unit} | {compare._cell(floor)} | {compare._cell(peer)} "
-                f"| {compare._ratio(floor, peer)} |"
+                f"| {case} | {metric} | {unit} | {report.cell(floor)} | {report.cell(peer)} "
+                f"| {report.ratio(floor, peer)} |"
             )
     lines += ["", "## In process", "", "| floor | unit | value |", "| --- | --- | ---: |"]
     for r in results:
         if r.case == IN_PROCESS:
-            lines.append(f"| {r.metric} | {r.unit} | {compare._cell(r)} |")
-    return "\n".join(lines) + "\n"
+            lines.append(f"| {r.metric} | {r.unit} | {report.cell(r)} |")
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, one run (CI)")
+    parser = report.parser(__doc__ or "", quick="tiny sizes, one run (CI)")
     parser.add_argument("--runs", type=int, default=None, help="runs of every case")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="report directory")
     parser.add_argument("--serve-grpc", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_grpc is not None:
@@ -485,16 +489,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     load = os.getloadavg()
     started = time.monotonic()
     results = run(sizes)
-    command = "python -m bench.floors" + " ".join(
-        ["", *(argv if argv is not None else sys.argv[1:])]
+    lines = write_report(
+        results,
+        command=report.command("floors", argv),
+        minutes=(time.monotonic() - started) / 60,
+        load=load,
     )
-    text = report(
-        results, command=command.strip(), minutes=(time.monotonic() - started) / 60, load=load
-    )
-    print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "floors.md").write_text(text)
-
-
-if __name__ == "__main__":
-    main()
+    report.write(args.out, "floors.md", lines)

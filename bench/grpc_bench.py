@@ -45,7 +45,6 @@ a failure with its error and the other runs still run.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import dataclasses
@@ -60,7 +59,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,7 +67,9 @@ from typing import Any
 from bench import gobuild, peer_nats
 from bench import peer_lakepubsub as lps
 from bench import workload as w
-from bench.procstats import ProcessMeter, ProcessUsage
+from bench.harness.lakepubsub_server import BenchError, Counters, LakePubSubServer
+from bench.harness.meter import ProcessMeter, ProcessUsage
+from bench.harness.nats_server import NatsServer
 
 SYSTEMS = (peer_nats.SYSTEM, lps.SYSTEM)
 # The push consumers the load generator creates on the NATS side.
@@ -91,12 +92,6 @@ EXIT_MARGIN_S = 120.0
 # How much of a failure goes into the report.
 ERROR_CHARS = 1500
 OUTPUT_TAIL_CHARS = 3000
-_BYTES_PER_MIB = 1024 * 1024
-_MILLION = 1_000_000
-
-
-class BenchError(RuntimeError):
-    """A run did not do what the case says (a client error, a lost or redelivered message...)."""
 
 
 # --- the workload ----------------------------------------------------------------
@@ -348,216 +343,154 @@ def _tails(output: list[str], lines: queue.Queue[str | None], stderr: Any) -> st
     return f"\nstdout: {out}\nstderr: {err}"
 
 
-# --- lakepubsub over gRPC ------------------------------------------------------------
+# --- the two systems ---------------------------------------------------------------
 
 
-def _lps_env(server: lps.LakePubSubServer) -> dict[str, str]:
-    return {"PUBSUB_EMULATOR_HOST": server.emulator_host}
+class _PubSub:
+    """lakepubsub through Google's Go client: a fresh topic (and subscription) per run."""
+
+    system = lps.SYSTEM
+
+    def __init__(self, server: LakePubSubServer, ack_deadline_s: int) -> None:
+        self.server, self._ack_deadline_s = server, ack_deadline_s
+        self.env = {"PUBSUB_EMULATOR_HOST": server.emulator_host}
+        self.topic = self.subscription = ""
+        self._before: Counters | None = None
+        self._after: Counters | None = None
+
+    def prepare(self, *, receive: bool, backlog: int = 0) -> list[str]:
+        self.topic = self.server.create_topic()
+        args = ["-system", "pubsub", "-topic", self.topic]
+        if receive:
+            self.subscription = self.server.create_subscription(
+                self.topic, ack_deadline_s=self._ack_deadline_s
+            )
+            args += ["-subscription", self.subscription]
+        if backlog:
+            lps.publish_backlog(self.server, self.topic, backlog)
+        self._before = self.server.counters()
+        return args
+
+    def ran(self) -> None:
+        self._after = self.server.counters()
+
+    def check_stored(self, n: int) -> None:
+        self.server.check_stored(self.topic, n)
+
+    def check_acked(self, n: int) -> None:
+        self.server.check_all_acked(self.topic, self.subscription, n)
+
+    def figures(
+        self, case: str, report: LoadgenReport, usage: ProcessUsage, n: int
+    ) -> list[w.Result]:
+        assert self._before is not None and self._after is not None
+        return lps.figures(self.server, case, usage, report.cpu_s, n, self._before, self._after)
 
 
-def _lps_figures(
-    server: lps.LakePubSubServer,
-    case: str,
-    report: LoadgenReport,
-    usage: ProcessUsage,
-    messages: int,
-    before: Any,
-    after: Any,
-) -> list[w.Result]:
-    clients = [
-        lps._Report(start_s=0, end_s=report.elapsed_s, messages=messages, cpu_s=report.cpu_s)
-    ]
-    return [
-        *lps._usage_results(server, case, usage, clients, messages),
-        *lps._storage_results(server, case, before, after, messages),
-    ]
+class _Nats:
+    """JetStream through nats.go: a fresh stream per run; receivers use a push consumer."""
+
+    system = peer_nats.SYSTEM
+    env: dict[str, str] | None = None
+
+    def __init__(self, server: NatsServer, ack_deadline_s: int) -> None:
+        self.server, self._ack_deadline_s = server, ack_deadline_s
+
+    def prepare(self, *, receive: bool, backlog: int = 0) -> list[str]:
+        asyncio.run(peer_nats.create_stream(self.server.url))
+        if backlog:
+            peer_nats.publish_backlog(self.server, backlog)
+        return ["-system", "nats", "-nats-url", self.server.url, "-stream", peer_nats.STREAM,
+                "-subject", peer_nats.SUBJECT, "-consumer", PUSH_DURABLE,
+                "-ack-wait", str(self._ack_deadline_s)]  # fmt: skip
+
+    def ran(self) -> None:
+        pass
+
+    def check_stored(self, n: int) -> None:
+        stored = asyncio.run(peer_nats.stream_messages(self.server.url))
+        if stored != n:
+            raise BenchError(f"stream holds {stored} messages, {n} were published")
+
+    def check_acked(self, n: int) -> None:
+        asyncio.run(peer_nats.check_all_acked(self.server.url, n, durable=PUSH_DURABLE))
+
+    def figures(
+        self, case: str, report: LoadgenReport, usage: ProcessUsage, n: int
+    ) -> list[w.Result]:
+        return w.usage_figures(self.system, case, usage, client_cpu_s=report.cpu_s, messages=n)
 
 
-def lps_drain(server: lps.LakePubSubServer, binary: Path, workload: GrpcWorkload) -> list[w.Result]:
-    """One run of the drain case: publish the backlog over REST (untimed), StreamingPull it."""
+_Side = _PubSub | _Nats
+
+
+def run_drain(side: _Side, binary: Path, workload: GrpcWorkload) -> list[w.Result]:
+    """One run of the drain case: publish the backlog (untimed), then receive and ack it."""
     n, case = workload.drain_messages, workload.drain_case
-    topic = lps._create_topic(server)
-    subscription = lps._create_subscription(server, topic, ack_deadline_s=workload.ack_deadline_s)
-    lps._publish_backlog(server, topic, n)
-    before = server.counters()
-    report, usage = run_loadgen(
-        binary,
-        ["-system", "pubsub", "-mode", "drain", "-subscription", subscription,
-         "-messages", str(n), "-max-outstanding", str(workload.max_outstanding),
-         "-streams", str(STREAMS)],
-        server_pid=server.pid,
-        env=_lps_env(server),
-    )  # fmt: skip
-    after = server.counters()
+    args = side.prepare(receive=True, backlog=n)
+    report, usage = _loadgen(side, binary, [*args, "-mode", "drain", "-messages", str(n)], workload)
     _check_received(report, n)
-    lps._check_all_acked(server, topic, subscription, n)
-    result = _lps_result(server, case)
+    side.check_acked(n)
     return [
-        result(w.DRAIN_TIME, w.SECONDS, report.elapsed_s),
-        result(w.THROUGHPUT, w.MSGS_PER_S, n / report.elapsed_s),
-        result(w.MESSAGES, w.MSGS, report["distinct"]),
-        *_lps_figures(server, case, report, usage, n, before, after),
+        *w.consume_figures(
+            side.system, case, seconds=report.elapsed_s, messages=report["distinct"], drain=True
+        ),
+        *side.figures(case, report, usage, n),
     ]
 
 
-def lps_publish(
-    server: lps.LakePubSubServer, binary: Path, workload: GrpcWorkload, *, single: bool
+def run_publish(
+    side: _Side, binary: Path, workload: GrpcWorkload, *, single: bool
 ) -> list[w.Result]:
-    """One run of a publish case on a fresh topic."""
+    """One run of a publish case on a fresh topic or stream."""
     publishers = 1 if single else workload.publishers
     n = workload.single_messages if single else workload.publish_messages
     case = workload.single_case if single else workload.publish_case
-    topic = lps._create_topic(server)
-    before = server.counters()
-    report, usage = run_loadgen(
-        binary,
-        ["-system", "pubsub", "-mode", "publish", "-topic", topic,
-         "-publishers", str(publishers), "-messages", str(n), *(["-single"] if single else [])],
-        server_pid=server.pid,
-        env=_lps_env(server),
-    )  # fmt: skip
-    after = server.counters()
-    _check_published(report, n)
-    lps._check_stored(server, topic, n + publishers)
+    args = side.prepare(receive=False)
+    args += ["-mode", "publish", "-publishers", str(publishers), "-messages", str(n)]
+    report, usage = _loadgen(side, binary, [*args, *(["-single"] if single else [])], workload)
+    if report["published"] != n:
+        raise BenchError(f"{report['published']} of {n} publishes confirmed")
+    side.check_stored(n + publishers)
+    round_trips = report.latencies_ms if single else []
+    if single and len(round_trips) != n:
+        raise BenchError(f"{len(round_trips)} round trips reported for {n} publishes")
     return [
-        *_publish_figures(_lps_result(server, case), report, n, single=single),
-        *_lps_figures(server, case, report, usage, n, before, after),
+        *w.publish_figures(
+            side.system, case, seconds=report.elapsed_s, messages=n, round_trips_ms=round_trips
+        ),
+        *side.figures(case, report, usage, n),
     ]
 
 
-def lps_latency(
-    server: lps.LakePubSubServer,
-    binary: Path,
-    workload: GrpcWorkload,
-    samples: list[float] | None = None,
+def run_latency(
+    side: _Side, binary: Path, workload: GrpcWorkload, samples: list[float] | None = None
 ) -> list[w.Result]:
-    """One run of the latency case: publish at a fixed rate, receive through StreamingPull."""
+    """One run of the latency case: publish at a fixed rate, receive in the same process."""
     n, case = workload.latency_messages, workload.latency_case
-    topic = lps._create_topic(server)
-    subscription = lps._create_subscription(server, topic, ack_deadline_s=workload.ack_deadline_s)
-    before = server.counters()
-    report, usage = run_loadgen(
-        binary,
-        ["-system", "pubsub", "-mode", "latency", "-topic", topic, "-subscription", subscription,
-         "-messages", str(n), "-rate", str(workload.latency_rate_per_s),
-         "-max-outstanding", str(workload.max_outstanding), "-streams", str(STREAMS)],
-        server_pid=server.pid,
-        env=_lps_env(server),
-    )  # fmt: skip
-    after = server.counters()
+    args = side.prepare(receive=True)
+    args += ["-mode", "latency", "-messages", str(n), "-rate", str(workload.latency_rate_per_s)]
+    report, usage = _loadgen(side, binary, args, workload)
     _check_received(report, n)
-    lps._check_all_acked(server, topic, subscription, n)
+    side.check_acked(n)
+    latencies = report.latencies_ms
+    if len(latencies) != n:
+        raise BenchError(f"{len(latencies)} latencies reported for {n} messages")
     if samples is not None:
-        samples.extend(report.latencies_ms)
+        samples.extend(latencies)
     return [
-        *_latency_figures(_lps_result(server, case), report, n),
-        *_lps_figures(server, case, report, usage, n, before, after),
+        *w.latency_figures(side.system, case, latencies, achieved_rate=n / report["publish_s"]),
+        *side.figures(case, report, usage, n),
     ]
 
 
-def _lps_result(server: lps.LakePubSubServer, case: str) -> Callable[[str, str, float], w.Result]:
-    def result(metric: str, unit: str, value: float) -> w.Result:
-        return lps._result(server.system, case, metric, unit, value)
-
-    return result
-
-
-# --- NATS JetStream through nats.go ------------------------------------------------------
-
-
-def _nats_result(case: str) -> Callable[[str, str, float], w.Result]:
-    def result(metric: str, unit: str, value: float) -> w.Result:
-        return peer_nats._result(case, metric, unit, value)
-
-    return result
-
-
-def _nats_usage(
-    case: str, report: LoadgenReport, usage: ProcessUsage, messages: int
-) -> list[w.Result]:
-    clients = [
-        peer_nats._Report(start_s=0, end_s=report.elapsed_s, messages=messages, cpu_s=report.cpu_s)
-    ]
-    return peer_nats._usage_results(case, usage, clients, messages)
-
-
-def nats_drain(
-    server: peer_nats.NatsServer, binary: Path, workload: GrpcWorkload
-) -> list[w.Result]:
-    """One run of the drain case: publish the backlog (untimed), drain it from a push consumer."""
-    n, case = workload.drain_messages, workload.drain_case
-    asyncio.run(peer_nats._create_stream(server.url))
-    peer_nats._publish_backlog(server, n)
-    report, usage = run_loadgen(
-        binary,
-        ["-system", "nats", "-mode", "drain", "-nats-url", server.url,
-         "-stream", peer_nats.STREAM, "-consumer", PUSH_DURABLE, "-messages", str(n),
-         "-max-outstanding", str(workload.max_outstanding),
-         "-ack-wait", str(workload.ack_deadline_s)],
-        server_pid=server.pid,
-    )  # fmt: skip
-    _check_received(report, n)
-    asyncio.run(peer_nats._check_all_acked(server.url, n, durable=PUSH_DURABLE))
-    result = _nats_result(case)
-    return [
-        result(w.DRAIN_TIME, w.SECONDS, report.elapsed_s),
-        result(w.THROUGHPUT, w.MSGS_PER_S, n / report.elapsed_s),
-        result(w.MESSAGES, w.MSGS, report["distinct"]),
-        *_nats_usage(case, report, usage, n),
-    ]
-
-
-def nats_publish(
-    server: peer_nats.NatsServer, binary: Path, workload: GrpcWorkload, *, single: bool
-) -> list[w.Result]:
-    """One run of a publish case on a fresh stream."""
-    publishers = 1 if single else workload.publishers
-    n = workload.single_messages if single else workload.publish_messages
-    case = workload.single_case if single else workload.publish_case
-    asyncio.run(peer_nats._create_stream(server.url))
-    report, usage = run_loadgen(
-        binary,
-        ["-system", "nats", "-mode", "publish", "-nats-url", server.url,
-         "-subject", peer_nats.SUBJECT, "-publishers", str(publishers), "-messages", str(n),
-         *(["-single"] if single else [])],
-        server_pid=server.pid,
-    )  # fmt: skip
-    _check_published(report, n)
-    stored = asyncio.run(peer_nats._stream_messages(server.url))
-    if stored != n + publishers:
-        raise BenchError(f"stream holds {stored} messages, {n} + {publishers} were published")
-    return [
-        *_publish_figures(_nats_result(case), report, n, single=single),
-        *_nats_usage(case, report, usage, n),
-    ]
-
-
-def nats_latency(
-    server: peer_nats.NatsServer,
-    binary: Path,
-    workload: GrpcWorkload,
-    samples: list[float] | None = None,
-) -> list[w.Result]:
-    """One run of the latency case: publish at a fixed rate, receive from a push consumer."""
-    n, case = workload.latency_messages, workload.latency_case
-    asyncio.run(peer_nats._create_stream(server.url))
-    report, usage = run_loadgen(
-        binary,
-        ["-system", "nats", "-mode", "latency", "-nats-url", server.url,
-         "-stream", peer_nats.STREAM, "-subject", peer_nats.SUBJECT, "-consumer", PUSH_DURABLE,
-         "-messages", str(n), "-rate", str(workload.latency_rate_per_s),
-         "-max-outstanding", str(workload.max_outstanding),
-         "-ack-wait", str(workload.ack_deadline_s)],
-        server_pid=server.pid,
-    )  # fmt: skip
-    _check_received(report, n)
-    asyncio.run(peer_nats._check_all_acked(server.url, n, durable=PUSH_DURABLE))
-    if samples is not None:
-        samples.extend(report.latencies_ms)
-    return [*_latency_figures(_nats_result(case), report, n), *_nats_usage(case, report, usage, n)]
-
-
-# --- shared checks and figures -----------------------------------------------------
+def _loadgen(
+    side: _Side, binary: Path, args: list[str], workload: GrpcWorkload
+) -> tuple[LoadgenReport, ProcessUsage]:
+    receiving = ["-max-outstanding", str(workload.max_outstanding), "-streams", str(STREAMS)]
+    found = run_loadgen(binary, [*args, *receiving], server_pid=side.server.pid, env=side.env)
+    side.ran()
+    return found
 
 
 def _check_received(report: LoadgenReport, n: int) -> None:
@@ -567,44 +500,6 @@ def _check_received(report: LoadgenReport, n: int) -> None:
             f"messages ({n} expected), {report['redelivered']} redelivered, "
             f"{report['acked']} acked"
         )
-
-
-def _check_published(report: LoadgenReport, n: int) -> None:
-    if report["published"] != n:
-        raise BenchError(f"{report['published']} of {n} publishes confirmed")
-
-
-def _publish_figures(
-    result: Callable[[str, str, float], w.Result], report: LoadgenReport, n: int, *, single: bool
-) -> list[w.Result]:
-    found = [
-        result(w.THROUGHPUT, w.MSGS_PER_S, n / report.elapsed_s),
-        result(w.MESSAGES, w.MSGS, report["published"]),
-    ]
-    if single:
-        latencies = report.latencies_ms
-        if len(latencies) != n:
-            raise BenchError(f"{len(latencies)} round trips reported for {n} publishes")
-        found += [
-            result(w.BATCH_LATENCY_P50, w.MS, w.percentile(latencies, 0.50)),
-            result(w.BATCH_LATENCY_P99, w.MS, w.percentile(latencies, 0.99)),
-        ]
-    return found
-
-
-def _latency_figures(
-    result: Callable[[str, str, float], w.Result], report: LoadgenReport, n: int
-) -> list[w.Result]:
-    latencies = report.latencies_ms
-    if len(latencies) != n:
-        raise BenchError(f"{len(latencies)} latencies reported for {n} messages")
-    return [
-        result(w.LATENCY_P50, w.MS, w.percentile(latencies, 0.50)),
-        result(w.LATENCY_P99, w.MS, w.percentile(latencies, 0.99)),
-        result(w.LATENCY_MAX, w.MS, max(latencies)),
-        result(w.ACHIEVED_RATE, w.MSGS_PER_S, n / report["publish_s"]),
-        result(w.MESSAGES, w.MSGS, len(latencies)),
-    ]
 
 
 # --- running everything ------------------------------------------------------------
@@ -636,40 +531,34 @@ def run_all(
         ]
         return outcome
     samples: dict[str, list[float]] = {system: [] for system in SYSTEMS}
-    cases: list[tuple[str, Callable[..., list[w.Result]], Callable[..., list[w.Result]]]] = [
-        (workload.drain_case, nats_drain, lps_drain),
-        (
-            workload.publish_case,
-            lambda *a: nats_publish(*a, single=False),
-            lambda *a: lps_publish(*a, single=False),
-        ),
-        (
-            workload.single_case,
-            lambda *a: nats_publish(*a, single=True),
-            lambda *a: lps_publish(*a, single=True),
-        ),
+    cases: list[tuple[str, Callable[[_Side], list[w.Result]]]] = [
+        (workload.drain_case, lambda side: run_drain(side, binary, workload)),
+        (workload.publish_case, lambda side: run_publish(side, binary, workload, single=False)),
+        (workload.single_case, lambda side: run_publish(side, binary, workload, single=True)),
         (
             workload.latency_case,
-            lambda *a: nats_latency(*a, samples=samples[peer_nats.SYSTEM]),
-            lambda *a: lps_latency(*a, samples=samples[lps.SYSTEM]),
+            lambda side: run_latency(side, binary, workload, samples[side.system]),
         ),
     ]
+    ack_s = workload.ack_deadline_s
     with contextlib.ExitStack() as stack:
-        shared: lps.LakePubSubServer | None = None
-        for name, on_nats, on_lps in cases:
+        shared = None if fresh_server else stack.enter_context(LakePubSubServer(serve=True))
+        for name, run in cases:
             for i in range(workload.runs):
                 for system in SYSTEMS:
                     if progress:
                         progress(f"{system}: {name} (gRPC, run {i + 1}/{workload.runs})")
                     try:
                         if system == peer_nats.SYSTEM:
-                            with peer_nats.NatsServer() as nats_server:
-                                raw += on_nats(nats_server, binary, workload)
+                            with NatsServer() as nats_server:
+                                raw += run(_Nats(nats_server, ack_s))
                             continue
-                        if shared is None and not fresh_server:
-                            shared = stack.enter_context(lps.LakePubSubServer(grpc=True))
-                        with _server(shared) as server:
-                            raw += on_lps(server, binary, workload)
+                        with (
+                            contextlib.nullcontext(shared)
+                            if shared
+                            else LakePubSubServer(serve=True) as server
+                        ):
+                            raw += run(_PubSub(server, ack_s))
                     except Exception as exc:
                         if progress:
                             progress(f"{system}: {name} FAILED: {describe(exc)[:300]}")
@@ -680,15 +569,6 @@ def run_all(
             if checkpoint:
                 checkpoint(outcome)
     return outcome
-
-
-@contextlib.contextmanager
-def _server(shared: lps.LakePubSubServer | None) -> Iterator[lps.LakePubSubServer]:
-    if shared is not None:
-        yield shared
-        return
-    with lps.LakePubSubServer(grpc=True) as server:
-        yield server
 
 
 def _debug(exc: BaseException) -> None:
@@ -705,29 +585,3 @@ def failures_table(failures: Sequence[Failure]) -> str:
         error = " ".join(f.error.split()).replace("|", "\\|")
         lines.append(f"| {f.system} | {f.case} | {error} |")
     return "\n".join(lines)
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description="The gRPC cases: lakepubsub (Google's Go client) vs JetStream (nats.go)."
-    )
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, one run (for CI)")
-    parser.add_argument("--runs", type=int, default=None, help="runs of every case")
-    args = parser.parse_args(argv)
-    chosen = quick() if args.quick else full()
-    if args.runs is not None:
-        chosen = dataclasses.replace(chosen, runs=args.runs)
-    started = time.monotonic()
-
-    def progress(line: str) -> None:
-        print(f"[{time.monotonic() - started:6.1f} s] {line}", file=sys.stderr, flush=True)
-
-    outcome = run_all(chosen, fresh_server=not args.quick, progress=progress)
-    print(w.markdown_table(outcome.results))
-    if outcome.failures:
-        print(f"\n{failures_table(outcome.failures)}")
-        raise SystemExit(1)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """The maintenance jobs at scale: compaction of many small files, truncation of a large backlog.
 
-    python -m bench.jobs_bench [--messages N] [--files N] [--publishes N] [--quick]
+    python -m bench jobs [--messages N] [--files N] [--publishes N] [--quick]
 
 1. Builds a local lake with one topic whose messages table holds ``--messages``
    messages of 1 KiB random data in ``--files`` small files (committed 1,000
@@ -21,18 +21,15 @@ Writes bench/results/jobs.md (jobs-quick.md with --quick).
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import httpx
 import pyarrow as pa
@@ -40,17 +37,17 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.transaction import AddAction
 
-from bench.harness.ports import free_port, wait_for_port
+from bench import report as report_
+from bench.harness.lakepubsub_server import LakePubSubServer
 from jobs import compact, truncate
 from jobs.common import FileStats, JobContext
-from lakepubsub import Engine, Settings, constants
+from lakepubsub import Engine, Settings
 from lakepubsub._lake import table_schemas
 from lakepubsub.resources.names import SubscriptionName, TopicName
 from lakepubsub.resources.subscriptions import Subscription, TruncationPolicy
 from lakepubsub.resources.topics import Topic
 from lakepubsub.spark._stats import FileStats as SparkFileStats
 
-RESULTS = Path(__file__).parent / "results"
 DATA_BYTES = 1024
 ATTRIBUTE_VALUES = 16
 FULL_MESSAGES = 1_000_000
@@ -144,21 +141,11 @@ def _rows(first: int, count: int, start_us: int) -> pa.Table:
 
 
 class Api:
-    """The REST API on the lake, in its own process."""
+    """The REST API on the lake, in its own process (the harness's launcher)."""
 
     def __init__(self, lake: str) -> None:
-        self.port = free_port()
-        env = {**os.environ, "LAKEPUBSUB_LAKE": lake, "LAKEPUBSUB_PUSH": "false"}
-        self.process = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory"),
-                *("--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning"),
-                *("--timeout-keep-alive", str(constants.KEEP_ALIVE_S)),  # as lakepubsub serve
-            ],
-            env=env,
-        )
-        wait_for_port(self.port)
-        self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=60)
+        self.server = LakePubSubServer(lake=lake, env={"LAKEPUBSUB_PUSH": "false"}).__enter__()
+        self.client = httpx.Client(base_url=self.server.url, timeout=60)
 
     def publish(self, topic: TopicName, latency: Latency) -> None:
         body = {"messages": [{"data": "aGVsbG8=", "attributes": {"k": "bench"}}]}
@@ -173,8 +160,7 @@ class Api:
 
     def close(self) -> None:
         self.client.close()
-        self.process.terminate()
-        self.process.wait(timeout=30)
+        self.server.__exit__()
 
 
 def measure(api: Api, topic: TopicName, count: int) -> Latency:
@@ -184,13 +170,12 @@ def measure(api: Api, topic: TopicName, count: int) -> Latency:
     return latency
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = report_.parser(__doc__ or "")
     parser.add_argument("--messages", type=int, default=FULL_MESSAGES)
     parser.add_argument("--files", type=int, default=FULL_FILES)
     parser.add_argument("--publishes", type=int, default=PUBLISHES)
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.quick:
         args.messages, args.files = QUICK_MESSAGES, QUICK_FILES
     lines = [f"# Jobs benchmark{' (quick)' if args.quick else ''}", ""]
@@ -273,11 +258,4 @@ def main() -> None:
             again = truncate.run(ctx)
         say(f"A second run (nothing to do): {again.seconds:.1f} s")
         spark.stop()
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / ("jobs-quick.md" if args.quick else "jobs.md")
-    out.write_text("\n".join(lines) + "\n")
-    print(f"wrote {out}")
-
-
-if __name__ == "__main__":
-    main()
+    report_.write(args.out, "jobs-quick.md" if args.quick else "jobs.md", lines, echo=False)

@@ -1,6 +1,6 @@
 """Ordered delivery: drain a backlog published on a few ordering keys, checking order.
 
-    python -m bench.ordering_bench [--messages N] [--keys K] [--quick]
+    python -m bench ordering [--messages N] [--keys K] [--quick]
 
 A ``lakepubsub`` server on a fresh local lake; the backlog is published over
 REST with ordering keys round-robin (untimed); one consumer pulls
@@ -12,18 +12,16 @@ The report goes to ``bench/results/ordering.md``.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import httpx
 
-from bench import peer_lakepubsub as lps
-from bench.procstats import ProcessMeter
+from bench import report
+from bench.harness.lakepubsub_server import LakePubSubServer
+from bench.harness.meter import ProcessMeter
 
-RESULTS = Path(__file__).parent / "results"
 PUBLISH_BATCH = 500
 PULL_MAX = 1_000
 TIMEOUT_S = 600.0
@@ -74,17 +72,15 @@ def check(seen: dict[str, list[int]], messages: int, keys: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = report.parser(__doc__ or "", quick="1,000 messages")
     parser.add_argument("--messages", type=int, default=10_000)
     parser.add_argument("--keys", type=int, default=4)
-    parser.add_argument("--quick", action="store_true", help="1,000 messages")
-    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     messages = 1_000 if args.quick else args.messages
-    with lps.LakePubSubServer() as server:
-        topic = lps._create_topic(server)
-        subscription = lps._create_subscription(
-            server, topic, ack_deadline_s=60, enableMessageOrdering=True
+    with LakePubSubServer() as server:
+        topic = server.create_topic()
+        subscription = server.create_subscription(
+            topic, ack_deadline_s=60, enableMessageOrdering=True
         )
         publish(server.url, topic, messages, args.keys)
         started = time.monotonic()
@@ -101,12 +97,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     print(line)
     if not args.quick:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "ordering.md").write_text(
-            f"# Ordered delivery\n\n`python -m bench.ordering_bench --messages {messages} "
-            f"--keys {args.keys}`\n\n- {line}\n"
+        command = f"python -m bench ordering --messages {messages} --keys {args.keys}"
+        report.write(
+            args.out,
+            "ordering.md",
+            ["# Ordered delivery", "", f"`{command}`", "", f"- {line}"],
+            echo=False,
         )
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """Push delivery against a real server: throughput, latency, seed 003's back-off, auth cost.
 
-    python -m bench.push_bench [--quick] [--out DIR]
+    python -m bench push [--quick] [--out DIR]
 
 Every server is ``lakepubsub serve`` (one process, default settings but for
 ``LAKEPUBSUB_API_KEYS`` where stated) on a fresh lake in a temporary
@@ -28,16 +28,12 @@ Writes bench/results/push.md (push-quick.md with --quick) and prints it.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import hashlib
 import itertools
 import os
-import platform
 import statistics
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -45,17 +41,17 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from http import HTTPStatus
-from pathlib import Path
 
 import httpx
 import orjson
 
 from bench import peer_lakepubsub as lps
+from bench import report
 from bench import workload as w
-from bench.harness.ports import free_port
-from bench.procstats import ProcessMeter
+from bench.clients import run_clients
+from bench.harness.lakepubsub_server import BenchError, LakePubSubServer
+from bench.harness.meter import ProcessMeter
 
-RESULTS = Path(__file__).parent / "results"
 PROJECT = "bench"
 ACK, NACK = 204, 500
 # Long enough that no lease expires while a large backlog waits in the window.
@@ -95,31 +91,9 @@ FULL = Sizes(20_000, 50, 20.0, 5, 60.0, 5.0, 20, 240.0, 500, 20)
 QUICK = Sizes(1_000, 50, 2.0, 5, 10.0, 3.0, 20, 12.0, 50, 10)
 
 
-class Server(lps.LakePubSubServer):
-    """``lakepubsub serve`` on a fresh local lake with ``env`` over a clean environment."""
-
-    def __init__(self, env: Mapping[str, str] | None = None) -> None:
-        super().__init__()
-        self._env = dict(env or {})
-
-    def _start(self, directory: Path) -> None:
-        self.lake = str(directory / "lake")
-        port = free_port()
-        # As the peer's server: no inherited LAKEPUBSUB_* setting reaches it.
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEPUBSUB_")}
-        command = [sys.executable, "-m", "lakepubsub.cli", "--lake", self.lake, "serve"]
-        log_path = directory / "server.log"
-        with log_path.open("wb") as log:
-            self._process = subprocess.Popen(
-                [*command, "--port", str(port), "--log-level", "warning"],
-                cwd=lps.REPO,
-                env={**env, **self._env},
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        self.pid = self._process.pid
-        self.url = f"http://127.0.0.1:{port}"
-        lps._wait_healthy(self._process, f"{self.url}/healthz", log_path)
+def Server(env: Mapping[str, str] | None = None) -> LakePubSubServer:  # noqa: N802 (a launcher)
+    """``lakepubsub serve`` on a fresh local lake with ``env``, the default push settings."""
+    return LakePubSubServer(serve=True, env=dict(env or {}))
 
 
 # --- the push endpoint --------------------------------------------------------
@@ -250,7 +224,7 @@ class Endpoint:
 def _put(client: httpx.Client, path: str, body: dict[str, object]) -> None:
     response = client.put(f"/v1/{path}", content=orjson.dumps(body))
     if response.status_code != 200:
-        raise lps.BenchError(f"PUT {path}: HTTP {response.status_code}: {response.text[:1000]}")
+        raise BenchError(f"PUT {path}: HTTP {response.status_code}: {response.text[:1000]}")
 
 
 def _topic(client: httpx.Client, name: str) -> str:
@@ -279,30 +253,22 @@ def _wait_for_messages(endpoint: Endpoint, path: str, count: int) -> None:
         if now_seen > seen:
             seen, progress_s = now_seen, time.monotonic()
         elif time.monotonic() - progress_s > STALL_TIMEOUT_S:
-            raise lps.BenchError(
+            raise BenchError(
                 f"{path}: {seen} of {count} messages arrived, then none for {STALL_TIMEOUT_S} s"
             )
         time.sleep(POLL_S)
 
 
-def _publish_at_rate(
-    server: lps.LakePubSubServer, topic: str, rate_per_s: int, messages: int
-) -> float:
+def _publish_at_rate(server: LakePubSubServer, topic: str, rate_per_s: int, messages: int) -> float:
     """The peer's latency publisher (its own process): one message per request, stamped
     with its send time. Returns the rate it achieved."""
     job = lps._LatencyPublishJob(server.url, topic, rate_per_s=rate_per_s, messages=messages)
-    [report], _ = lps._run_clients([job], server_pid=server.pid)
-    return messages / (report.end_s - report.start_s)
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
-    return lines
+    [done], _ = run_clients([job], server_pid=server.pid, preload=lps.__name__)
+    return messages / (done.end_s - done.start_s)
 
 
 def _metrics(*rows: tuple[str, object]) -> list[str]:
-    return _table(["metric", "value"], rows)
+    return report.table(["metric", "value"], rows)
 
 
 def _ms(values_ns: Sequence[int], fraction: float) -> str:
@@ -313,7 +279,7 @@ def _ms(values_ns: Sequence[int], fraction: float) -> str:
 
 
 def run_throughput(
-    server: lps.LakePubSubServer, endpoint: Endpoint, sizes: Sizes, path: str
+    server: LakePubSubServer, endpoint: Endpoint, sizes: Sizes, path: str
 ) -> list[str]:
     total = sizes.backlog_messages
     with lps._client(server.url) as client:
@@ -328,7 +294,7 @@ def run_throughput(
             lps._post(client, f"/v1/{subscription}:modifyPushConfig", config)
             _wait_for_messages(endpoint, path, total)
         commits = server.counters().commits - before.commits
-    lps._check_all_acked(server, topic, subscription, total)
+    server.check_all_acked(topic, subscription, total)
     arrivals = endpoint.arrivals(path)
     unique = endpoint.unique(path)
     pickup_s = (arrivals[0].at_ns - started_ns) / _NS_PER_S
@@ -349,9 +315,7 @@ def run_throughput(
     )
 
 
-def run_latency(
-    server: lps.LakePubSubServer, endpoint: Endpoint, sizes: Sizes, path: str
-) -> list[str]:
+def run_latency(server: LakePubSubServer, endpoint: Endpoint, sizes: Sizes, path: str) -> list[str]:
     total = round(sizes.latency_rate_per_s * sizes.latency_duration_s)
     with lps._client(server.url) as client:
         topic, subscription = _topic_and_subscription(client, "latency", endpoint.url(path))
@@ -360,7 +324,7 @@ def run_latency(
         _wait_for_messages(endpoint, path, 1)
     achieved = _publish_at_rate(server, topic, sizes.latency_rate_per_s, total)
     _wait_for_messages(endpoint, path, total + 1)
-    lps._check_all_acked(server, topic, subscription, total + 1)
+    server.check_all_acked(topic, subscription, total + 1)
     arrivals = endpoint.arrivals(path)
     firsts: dict[str, int] = {}
     for a in arrivals:
@@ -379,7 +343,7 @@ def run_latency(
 
 
 def run_backoff(
-    server: lps.LakePubSubServer, endpoint: Endpoint, sizes: Sizes, paths: tuple[str, str]
+    server: LakePubSubServer, endpoint: Endpoint, sizes: Sizes, paths: tuple[str, str]
 ) -> list[str]:
     """Both of seed 003's cases at once, on two subscriptions of the same server."""
     some_nacked, all_nacked = paths
@@ -408,12 +372,12 @@ def run_backoff(
 
 def _one_in_five(arrivals: Sequence[Arrival], ended_ns: int, sizes: Sizes) -> list[str]:
     if len(arrivals) < 3:
-        raise lps.BenchError(f"one-in-five: only {len(arrivals)} deliveries")
+        raise BenchError(f"one-in-five: only {len(arrivals)} deliveries")
     from_ns = arrivals[0].at_ns + round(sizes.one_in_five_warmup_s * _NS_PER_S)
     times = [a.at_ns for a in arrivals if from_ns <= a.at_ns <= ended_ns]
     gaps = [(b - a) / _NS_PER_S for a, b in itertools.pairwise(times)]
     if not gaps:
-        raise lps.BenchError("one-in-five: no delivery after the warm-up")
+        raise BenchError("one-in-five: no delivery after the warm-up")
     nacked = sum(a.status == NACK for a in arrivals)
     p10, p90 = (w.percentile(gaps, f) for f in (0.1, 0.9))
     window = f"from {sizes.one_in_five_warmup_s:g} s after the first delivery to the last publish"
@@ -431,7 +395,7 @@ def _one_in_five(arrivals: Sequence[Arrival], ended_ns: int, sizes: Sizes) -> li
 
 def _all_nacked(arrivals: Sequence[Arrival]) -> list[str]:
     if len(arrivals) < 2:
-        raise lps.BenchError(f"all-nack: only {len(arrivals)} deliveries")
+        raise BenchError(f"all-nack: only {len(arrivals)} deliveries")
     at_s = [(a.at_ns - arrivals[0].at_ns) / _NS_PER_S for a in arrivals]
     gaps = [b - a for a, b in itertools.pairwise(at_s)]
     rows: list[tuple[object, ...]] = [(1, "0.00", "", "")]
@@ -463,7 +427,7 @@ def _all_nacked(arrivals: Sequence[Arrival]) -> list[str]:
     return [
         *_metrics(*summary),
         "",
-        *_table(["delivery", "at (s from the first)", "interval (s)", "÷ previous"], rows),
+        *report.table(["delivery", "at (s from the first)", "interval (s)", "÷ previous"], rows),
     ]
 
 
@@ -476,7 +440,7 @@ def run_auth(sizes: Sizes) -> list[str]:
         for server in servers:
             stack.push(server)
         with ThreadPoolExecutor(len(servers)) as pool:  # start both at once
-            list(pool.map(Server.__enter__, servers))
+            list(pool.map(LakePubSubServer.__enter__, servers))
         clients = [stack.enter_context(lps._client(s.url)) for s in servers]
         unauthenticated = clients[1].post(f"/v1/projects/{PROJECT}/topics/t:publish", json={})
         clients[1].headers["authorization"] = f"Bearer {API_KEY}"
@@ -492,9 +456,7 @@ def run_auth(sizes: Sizes) -> list[str]:
                 if i >= sizes.auth_warmup_publishes:
                     samples[k].append(time.monotonic_ns() - sent)
     if unauthenticated.status_code != 401:
-        raise lps.BenchError(
-            f"the keyed server answered {unauthenticated.status_code} without a key"
-        )
+        raise BenchError(f"the keyed server answered {unauthenticated.status_code} without a key")
     plain, keyed = samples
     rows: list[tuple[object, ...]] = [
         (name, f"{len(s):,}", _ms(s, 0.5), _ms(s, 0.99), f"{statistics.mean(s) / _NS_PER_MS:.1f}")
@@ -506,7 +468,7 @@ def run_auth(sizes: Sizes) -> list[str]:
         ("**difference**", "", f"**{diff[0]:+.1f}**", f"**{diff[1]:+.1f}**", f"{mean_diff:+.1f}")
     )
     return [
-        *_table(["server", "publishes", "p50 (ms)", "p99 (ms)", "mean (ms)"], rows),
+        *report.table(["server", "publishes", "p50 (ms)", "p99 (ms)", "mean (ms)"], rows),
         "",
         f"Without a key the keyed server answered HTTP {unauthenticated.status_code}.",
     ]
@@ -516,16 +478,12 @@ def run_auth(sizes: Sizes) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes, short back-off run")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="where the report goes")
-    args = parser.parse_args(argv)
+    args = report.parser(__doc__ or "", quick="small sizes, short back-off run").parse_args(argv)
     sizes = QUICK if args.quick else FULL
     started = time.monotonic()
     load_start = os.getloadavg()
 
-    def progress(text: str) -> None:
-        print(f"[{time.monotonic() - started:6.1f} s] {text}", file=sys.stderr, flush=True)
+    progress = report.progress(started)
 
     sections: list[tuple[str, list[str]]] = []
     paths = {"throughput": "/throughput", "latency": "/latency"}
@@ -557,15 +515,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         "",
         "## Machine",
         "",
-        f"{platform.node()}: {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"{time.strftime('%Y-%m-%d %H:%M')}, {time.monotonic() - started:.0f} s in all. "
-        f"Load average (1/5/15 min) {_load(load_start)} at the start, "
-        f"{_load(load_end)} at the end. Server, endpoint and clients share the cores.",
+        f"{report.now()} · {report.machine()} · `python -m bench push"
+        f"{' --quick' if args.quick else ''}` · {time.monotonic() - started:.0f} s in all. "
+        f"Load average (1/5/15 min) {report.load(load_start)} at the start, "
+        f"{report.load(load_end)} at the end. Server, endpoint and clients share the cores.",
         "",
         "## Sizes",
         "",
-        f"`python -m bench.push_bench{' --quick' if args.quick else ''}`: "
-        + ", ".join(
+        ", ".join(
             f"{k}={v:,}" if isinstance(v, int) else f"{k}={v:g}" for k, v in vars(sizes).items()
         )
         + f". Messages of {w.MESSAGE_BYTES} B; ack deadline {ACK_DEADLINE_S} s; "
@@ -573,17 +530,4 @@ def main(argv: Sequence[str] | None = None) -> None:
     ]
     for title, body in sections:
         lines += ["", f"## {title}", "", *body]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    out = args.out / ("push-quick.md" if args.quick else "push.md")
-    out.write_text(text)
-    progress(f"wrote {out}")
-
-
-def _load(load: tuple[float, float, float]) -> str:
-    return "/".join(f"{x:.1f}" for x in load)
-
-
-if __name__ == "__main__":
-    main()
+    report.write(args.out, "push-quick.md" if args.quick else "push.md", lines)

@@ -1,6 +1,6 @@
 """One topic and one subscription served by several API processes on one lake.
 
-    python -m bench.scaleout_bench [--servers 1,2] [--seconds 10] [--clients 8] [--s3] [--quick]
+    python -m bench scaleout [--servers 1,2] [--seconds 10] [--clients 8] [--s3] [--quick]
 
 For each server count N: a fresh lake (a temp directory, or with ``--s3`` a
 moto S3 server), N ``uvicorn api.app`` processes on it, one topic and one
@@ -18,7 +18,7 @@ subscription. Then two timed phases:
   ``--seconds``. Reported: acknowledged messages/s, commits and conflicts per
   million acknowledged.
 
-Writes bench/results/scaleout.md (scaleout-s3.md with ``--s3``; ``-quick``
+Writes scaleout.md (scaleout-s3.md with ``--s3``; ``-quick``
 with ``--quick``). This is the measurement behind issue 17 (scale-out): one
 topic is one Delta table; the servers peer, so one of them commits for it and
 the others hand it their clients' work (lakepubsub/peering/). Also reported:
@@ -32,26 +32,23 @@ from __future__ import annotations
 import argparse
 import contextlib
 import multiprocessing as mp
-import os
-import platform
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.synchronize import Barrier
-from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
 import psutil
 
 from bench import peer_lakepubsub as lps
-from bench.peer_lakepubsub import LakePubSubServer
-from bench.procstats import ProcessMeter
+from bench import report
+from bench.harness.lakepubsub_server import BenchError, LakePubSubServer
+from bench.harness.meter import ProcessMeter
 
 if TYPE_CHECKING:
     from multiprocessing.queues import Queue
 
-RESULTS = Path(__file__).parent / "results"
 CONSUMERS = 4
 PULL_MAX = 1000
 TIMEOUT_S = 120.0
@@ -96,7 +93,7 @@ def servers_on_one_lake(count: int, s3: bool) -> Iterator[list[LakePubSubServer]
 
 
 def metered(servers: list[LakePubSubServer], run: Callable[[], T]) -> tuple[T, Usage]:
-    """``run()``, and over it the servers' and moto's CPU seconds (bench/procstats.py)
+    """``run()``, and over it the servers' and moto's CPU seconds (bench/harness/meter.py)
     and the share of the machine's CPU time in use."""
     moto = servers[0].moto
     with contextlib.ExitStack() as stack:
@@ -129,7 +126,7 @@ def _publisher(
             end = time.monotonic() + seconds
             while time.monotonic() < end:
                 sent += len(lps._post(client, f"/v1/{topic}:publish", body)["messageIds"])
-    except lps.BenchError as exc:  # reported, so the parent does not wait for this client
+    except BenchError as exc:  # reported, so the parent does not wait for this client
         out.put(("error", url, str(exc)))
         return
     out.put(("ok", url, sent))
@@ -148,7 +145,7 @@ def _consumer(url: str, sub: str, seconds: float, barrier: Barrier, out: Results
                 if received:
                     lps._post(client, f"/v1/{sub}:acknowledge", lps._ack_body(received))
                     acked += len(received)
-    except lps.BenchError as exc:
+    except BenchError as exc:
         out.put(("error", url, str(exc)))
         return
     out.put(("ok", url, acked))
@@ -184,8 +181,8 @@ def timed(
 def run_servers(n: int, clients: int, batch: int, seconds: float, s3: bool) -> list[Phase]:
     with servers_on_one_lake(n, s3) as servers:
         urls = [server.url for server in servers]
-        topic = lps._create_topic(servers[0])
-        sub = lps._create_subscription(servers[0], topic, ack_deadline_s=60)
+        topic = servers[0].create_topic()
+        sub = servers[0].create_subscription(topic, ack_deadline_s=60)
         phases = []
         before = counters(servers)
         (wall, per), use = metered(
@@ -193,7 +190,7 @@ def run_servers(n: int, clients: int, batch: int, seconds: float, s3: bool) -> l
         )
         after = counters(servers)
         published = sum(per.values())
-        lps._check_stored(servers[0], topic, published)  # nothing lost, nothing twice
+        servers[0].check_stored(topic, published)  # nothing lost, nothing twice
         phases.append(
             Phase(n, "publish", published, wall, _shares(per, published),
                   after[0] - before[0], after[1] - before[1], use)
@@ -215,20 +212,18 @@ def _shares(per: dict[str, int], total: int) -> tuple[float, ...]:
     return tuple(v / total if total else 0.0 for v in per.values())
 
 
-def report(phases: list[Phase], args: argparse.Namespace) -> str:
+def write_report(phases: list[Phase], args: argparse.Namespace) -> list[str]:
     where = "moto S3" if args.s3 else "local lake"
     one = {p.phase: p.rate for p in phases if p.servers == 1}
     lines = [
-        f"# One topic, one subscription, several API processes ({where})",
-        "",
-        f"`python -m bench.scaleout_bench --servers {args.servers} --seconds {args.seconds:g}"
-        f" --clients {args.clients}{' --s3' if args.s3 else ''}`"
-        f" · {time.strftime('%Y-%m-%d %H:%M')}"
-        f" UTC · {os.cpu_count()} cores, {platform.machine()} · load average"
-        f" {os.getloadavg()[0]:.1f} at the end. Publishers send batches of {args.batch} 1 KiB"
-        f" messages back to back, client i to server i mod N; {CONSUMERS} consumers pull"
-        f" {PULL_MAX} and ack. Every server, client and the lake share the machine's cores.",
-        "",
+        *report.header(
+            f"One topic, one subscription, several API processes ({where})",
+            command=f"python -m bench scaleout --servers {args.servers} --seconds "
+            f"{args.seconds:g} --clients {args.clients}{' --s3' if args.s3 else ''}",
+            about=f"publishers send batches of {args.batch} 1 KiB messages back to back, client "
+            f"i to server i mod N; {CONSUMERS} consumers pull {PULL_MAX} and ack. Every server, "
+            "client and the lake share the machine's cores.",
+        ),
         "| servers | phase | messages | msgs/s | vs 1 server | each server's share"
         " | commits / 1M | conflicts / 1M | server CPU µs / msg"
         + (" | moto CPU µs / msg" if args.s3 else "")
@@ -252,31 +247,22 @@ def report(phases: list[Phase], args: argparse.Namespace) -> str:
             )
             + f" {p.usage.busy:.0%} |"
         )
-    return "\n".join(lines) + "\n"
+    return lines
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else "")
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = report.parser(__doc__ or "", quick="2 s phases (CI)")
     parser.add_argument("--servers", default="1,2", help="server counts, comma-separated")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each phase")
     parser.add_argument("--clients", type=int, default=8, help="publishing clients")
     parser.add_argument("--batch", type=int, default=100, help="messages per publish")
     parser.add_argument("--s3", action="store_true", help="the lake on a moto S3 server")
-    parser.add_argument("--quick", action="store_true", help="2 s phases (CI)")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="report directory")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.quick:
         args.seconds = 2.0
     phases: list[Phase] = []
     for n in (int(s) for s in args.servers.split(",")):
         phases += run_servers(n, args.clients, args.batch, args.seconds, args.s3)
         print(f"{n} server(s) done", file=sys.stderr)
-    text = report(phases, args)
-    args.out.mkdir(parents=True, exist_ok=True)
     name = "scaleout" + ("-s3" if args.s3 else "") + ("-quick" if args.quick else "") + ".md"
-    (args.out / name).write_text(text)
-    print(text)
-
-
-if __name__ == "__main__":
-    main()
+    report.write(args.out, name, write_report(phases, args))

@@ -1,6 +1,6 @@
 """Schemas: what validation costs a publisher, and what a typed view costs a query.
 
-    python -m bench.schema_bench [--quick] [--publish-only] [--requests N] [--records N] [--runs N]
+    python -m bench schema [--quick] [--publish-only] [--requests N] [--records N] [--runs N]
 
 1. **Publish.** A lakepubsub server (uvicorn, local lake) gets ``--requests``
    REST publish requests of 100 messages from 4 client threads, to a topic
@@ -32,6 +32,7 @@ import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +41,13 @@ import httpx
 import psutil
 import pyarrow as pa
 
-from bench.peer_lakepubsub import LakePubSubServer
+from bench import report as report_
+from bench.harness.lakepubsub_server import LakePubSubServer
 from bench.spark_scan import interleaved
 from lakepubsub import Engine, PublishMessage, Settings, Topic, TopicName
 from lakepubsub.resources.names import SchemaName
 from lakepubsub.resources.topics import SchemaSettings
 
-RESULTS = Path(__file__).parent / "results"
 BATCH = 100
 CLIENTS = 4
 # Alternating rounds per topic kind: CPU per message wanders with the machine's load,
@@ -276,7 +277,7 @@ def report(publish: dict[str, Any], typed: dict[str, Any], args: argparse.Namesp
         "# Schemas: validation on publish, typed views",
         "",
         f"{time.strftime('%Y-%m-%d %H:%M')} · {platform.machine()} · {os.cpu_count()} cores · "
-        f"load average {os.getloadavg()[0]:.1f} at the end · `python -m bench.schema_bench"
+        f"load average {os.getloadavg()[0]:.1f} at the end · `python -m bench schema"
         f"{' --quick' if args.quick else ''}`",
         "",
         f"## Publish over REST: {args.requests} requests x {BATCH} messages of "
@@ -311,14 +312,13 @@ def report(publish: dict[str, Any], typed: dict[str, Any], args: argparse.Namesp
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true")
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = report_.parser(__doc__ or "")
     parser.add_argument("--publish-only", action="store_true")
     parser.add_argument("--requests", type=int, default=0)
     parser.add_argument("--records", type=int, default=0)
     parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     args.requests = args.requests or (100 if args.quick else 1000)
     args.records = args.records or (20_000 if args.quick else 1_000_000)
     publish = publish_cost(args.requests)
@@ -329,12 +329,6 @@ def main() -> None:
         return
     typed = typed_cost(args.records, args.runs)
     print(json.dumps(typed, indent=1), flush=True)
-    text = report(publish, typed, args)
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / ("schema-quick.md" if args.quick else "schema.md")
-    path.write_text(text)
-    print(text)
-
-
-if __name__ == "__main__":
-    main()
+    report_.write(
+        args.out, "schema-quick.md" if args.quick else "schema.md", report(publish, typed, args)
+    )

@@ -1,6 +1,6 @@
 """What delivery semantics cost over REST: plain, exactly-once and filtered pull + ack.
 
-    python -m bench.semantics_bench [--quick] [--runs N] [--out DIR]
+    python -m bench semantics [--quick] [--runs N] [--out DIR]
 
 Three subscriptions drain the same kind of backlog, in the same run, against a
 real server (``bench/peer_lakepubsub.py``'s uvicorn subprocess on a temporary
@@ -30,30 +30,26 @@ and prints its tables.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
-import datetime
 import math
 import os
 import platform
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
 
-from bench import compare
 from bench import peer_lakepubsub as lps
+from bench import report as out
 from bench import workload as w
-
-RESULTS = Path(__file__).parent / "results"
+from bench.clients import span_s as _span_s
+from bench.harness.lakepubsub_server import REQUEST_TIMEOUT_S, BenchError, LakePubSubServer
 
 # The shared workload's pull + ack case: 4 consumers, Pub/Sub's maxMessages cap.
 CONSUMERS = 4
@@ -130,7 +126,7 @@ CASES = (
 # --- one run of one case ------------------------------------------------------
 
 
-def _publish_backlog(server: lps.LakePubSubServer, topic: str, messages: int) -> None:
+def _publish_backlog(server: LakePubSubServer, topic: str, messages: int) -> None:
     """Publish ``messages`` with their bucket attribute, untimed, from this process."""
 
     def body(first: int) -> bytes:
@@ -155,58 +151,58 @@ def _publish_backlog(server: lps.LakePubSubServer, topic: str, messages: int) ->
         )
         published = sum(len(answer.get("messageIds", [])) for answer in answers)
     if published != messages:
-        raise lps.BenchError(f"published {messages} messages, got {published} ids")
+        raise BenchError(f"published {messages} messages, got {published} ids")
 
 
-def _subscribe(server: lps.LakePubSubServer, topic: str, case: Case) -> str:
-    subscription = lps._create_subscription(
-        server, topic, ack_deadline_s=w.full().ack_deadline_s, **case.subscription
+def _subscribe(server: LakePubSubServer, topic: str, case: Case) -> str:
+    subscription = server.create_subscription(
+        topic, ack_deadline_s=w.full().ack_deadline_s, **case.subscription
     )
     # The API ignores fields it does not know: check that the options took.
-    got = httpx.get(f"{server.url}/v1/{subscription}", timeout=lps.REQUEST_TIMEOUT_S).json()
+    got = httpx.get(f"{server.url}/v1/{subscription}", timeout=REQUEST_TIMEOUT_S).json()
     if any(got.get(key) != value for key, value in case.subscription.items()):
-        raise lps.BenchError(f"asked for {case.subscription}, the server has {got}")
+        raise BenchError(f"asked for {case.subscription}, the server has {got}")
     return subscription
 
 
-def _check_drained(server: lps.LakePubSubServer, subscription: str) -> None:
+def _check_drained(server: LakePubSubServer, subscription: str) -> None:
     """One more pull finds nothing (and moves a filter's cursor past the last non-match)."""
     body = orjson.dumps({"maxMessages": MAX_MESSAGES_PER_PULL, "returnImmediately": True})
     with lps._client(server.url) as client:
         left = lps._post(client, f"/v1/{subscription}:pull", body).get("receivedMessages", [])
     if left:
-        raise lps.BenchError(f"{len(left)} messages were still delivered after the drain")
+        raise BenchError(f"{len(left)} messages were still delivered after the drain")
 
 
-def run_case(server: lps.LakePubSubServer, case: Case, backlog: int) -> list[w.Result]:
+def run_case(server: LakePubSubServer, case: Case, backlog: int) -> list[w.Result]:
     """One run of ``case``: publish a backlog (untimed) to a fresh topic, drain it."""
-    topic = lps._create_topic(server)
+    topic = server.create_topic()
     subscription = _subscribe(server, topic, case)
     _publish_backlog(server, topic, backlog)
     expected = case.expected(backlog)
-    job = lps._ConsumeJob(
-        url=server.url,
-        subscription=subscription,
-        max_messages_per_pull=MAX_MESSAGES_PER_PULL,
+    before = server.counters()
+    reports, usage = lps.consume(
+        server,
+        subscription,
         total=expected,
+        consumers=CONSUMERS,
+        max_messages_per_pull=MAX_MESSAGES_PER_PULL,
         required_attribute=(BUCKET_ATTRIBUTE, MATCHING_BUCKET) if case.filtered else None,
     )
-    before = server.counters()
-    reports, usage = lps._run_clients([job] * CONSUMERS, server_pid=server.pid)
     after = server.counters()
     delivered = sum(r.messages for r in reports)
     redelivered = sum(r.redelivered for r in reports)
     if delivered != expected or redelivered:
-        raise lps.BenchError(
+        raise BenchError(
             f"{case.name}: {delivered} deliveries of {expected} expected messages, "
             f"{redelivered} of them redeliveries"
         )
     _check_drained(server, subscription)
-    lps._check_all_acked(server, topic, subscription, backlog)
-    span_s = lps._span_s(reports)
+    server.check_all_acked(topic, subscription, backlog)
+    span_s = _span_s(reports)
 
     def result(metric: str, value: float) -> w.Result:
-        return lps._result(server.system, case.name, metric, "", value)
+        return w.result(server.system, case.name, metric, "", value)
 
     return [
         result(DELIVERED, delivered),
@@ -227,7 +223,7 @@ def ratios(round_results: Sequence[w.Result]) -> list[w.Result]:
         return figure[case, metric] / plain if plain else math.nan
 
     def result(metric: str, value: float) -> w.Result:
-        return lps._result(lps.SYSTEM, RATIOS, metric, "", value)
+        return w.result(lps.SYSTEM, RATIOS, metric, "", value)
 
     return [
         result(EXACTLY_ONCE_RATIO, relative(EXACTLY_ONCE, THROUGHPUT)),
@@ -242,12 +238,12 @@ def run_all(sizes: Sizes, *, progress: Callable[[str], None]) -> list[w.Result]:
     """``sizes.runs`` rounds of every case, in turn; the merged figures and ratios."""
     found: list[w.Result] = []
     with contextlib.ExitStack() as stack:
-        shared = None if sizes.fresh_server else stack.enter_context(lps.LakePubSubServer())
+        shared = None if sizes.fresh_server else stack.enter_context(LakePubSubServer())
         for i in range(sizes.runs):
             round_results: list[w.Result] = []
             for case in CASES:
                 progress(f"{case.name} (run {i + 1}/{sizes.runs})")
-                with contextlib.nullcontext(shared) if shared else lps.LakePubSubServer() as server:
+                with contextlib.nullcontext(shared) if shared else LakePubSubServer() as server:
                     round_results += run_case(server, case, case.backlog(sizes.backlog))
             found += [*round_results, *ratios(round_results)]
     return w.merge_runs(found)
@@ -265,8 +261,8 @@ def cases_table(results: Sequence[w.Result]) -> str:
     ]
     for case in CASES:
         # Every run delivers the same count (or fails): one number.
-        cells = [compare._fmt(by_key[case.name, DELIVERED].median)] + [
-            compare._cell(by_key.get((case.name, metric)))
+        cells = [out.fmt(by_key[case.name, DELIVERED].median)] + [
+            out.cell(by_key.get((case.name, metric)))
             for metric in (DRAIN_S, THROUGHPUT, SERVER_CPU_PER_MILLION, COMMITS_PER_MESSAGE)
         ]
         lines.append(f"| {case.name} | {' | '.join(cells)} |")
@@ -314,7 +310,7 @@ def targets_table(results: Sequence[w.Result]) -> str:
     for row in RATIO_ROWS:
         result = by_metric[row.metric]
         lines.append(
-            f"| {row.label} | {compare._cell(result)} | {row.target()} | {row.met(result.median)} |"
+            f"| {row.label} | {out.cell(result)} | {row.target()} | {row.met(result.median)} |"
         )
     return "\n".join(lines)
 
@@ -328,24 +324,22 @@ def report(
     load_before: tuple[float, float, float],
     load_after: tuple[float, float, float],
 ) -> str:
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     temp = tempfile.gettempdir()
     server = "a fresh server and lake for every run" if sizes.fresh_server else "one server"
     return "\n".join(
         [
             "# Delivery semantics: plain, exactly-once and filtered pull + ack",
             "",
-            f"Written {now} by `{command}` in {elapsed_s / 60:.1f} min.",
+            f"Written {out.now()} by `{command}` in {elapsed_s / 60:.1f} min.",
             "",
             "## Machine",
             "",
-            f"- **CPU:** {os.cpu_count()} cores ({compare._cpu_model()}); {platform.platform()}",
-            f"- **Disk:** lakes in `{temp}` on {compare._disk(temp)}",
-            f"- **Load average** (1/5/15 min): {compare._load(load_before)} at the start, "
-            f"{compare._load(load_after)} at the end. Server and clients share the cores.",
-            f"- **Software:** Python {platform.python_version()}; deltalake "
-            f"{compare._version('deltalake')}, pyarrow {compare._version('pyarrow')}, "
-            f"uvicorn {compare._version('uvicorn')}, httpx {compare._version('httpx')}",
+            f"- **CPU:** {os.cpu_count()} cores ({out.cpu_model()}); {platform.platform()}",
+            f"- **Disk:** lakes in `{temp}` on {out.disk(temp)}",
+            f"- **Load average** (1/5/15 min): {out.load(load_before)} at the start, "
+            f"{out.load(load_after)} at the end. Server and clients share the cores.",
+            f"- **Software:** Python {platform.python_version()}; "
+            + out.software("deltalake", "pyarrow", "uvicorn", "httpx"),
             "",
             "## Workload",
             "",
@@ -386,41 +380,25 @@ def report(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.semantics_bench",
-        description="Pull + ack throughput of plain, exactly-once and filtered subscriptions.",
+    parser = out.parser(
+        "Pull + ack throughput of plain, exactly-once and filtered subscriptions.",
+        quick="tiny backlog, one run, one server",
     )
-    parser.add_argument("--quick", action="store_true", help="tiny backlog, one run, one server")
     parser.add_argument("--runs", type=int, default=None, help="runs of every case")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="report directory")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     if args.runs is not None:
         sizes = dataclasses.replace(sizes, runs=args.runs)
     started = time.monotonic()
     load_before = os.getloadavg()
-
-    def progress(line: str) -> None:
-        print(f"[{time.monotonic() - started:7.1f} s] {line}", file=sys.stderr, flush=True)
-
-    results = run_all(sizes, progress=progress)
-    command = " ".join(
-        ["python -m bench.semantics_bench", *(argv if argv is not None else sys.argv[1:])]
-    )
+    results = run_all(sizes, progress=out.progress(started))
     text = report(
         results,
         sizes,
-        command=command,
+        command=out.command("semantics", argv),
         elapsed_s=time.monotonic() - started,
         load_before=load_before,
         load_after=os.getloadavg(),
     )
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"semantics{'-quick' if args.quick else ''}.md"
-    path.write_text(text)
+    out.write(args.out, f"semantics{'-quick' if args.quick else ''}.md", text, echo=False)
     print(f"{cases_table(results)}\n\n{targets_table(results)}")
-    print(f"\nwrote {path}", file=sys.stderr)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """Spark SQL over a messages table: delta-spark (``format("delta")``) vs ``spark.read.parquet``.
 
-    python -m bench.spark_scan [--rows N] [--files N] [--runs N] [--quick] [--s3]
+    python -m bench spark [--rows N] [--files N] [--runs N] [--quick] [--s3]
 
 Builds a messages table with delta-rs (``--rows`` messages of 1 KiB
 incompressible data in ``--files`` commits, one file each, then a
@@ -34,7 +34,6 @@ the topic's files; it replaces the shell section of spark_scan.md.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import platform
@@ -45,7 +44,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,12 +52,13 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import DataFrame, SparkSession
 
+from bench import report as out
+from bench.harness.meter import tree_cpu_s
 from bench.harness.moto_server import MotoServer
 from lakepubsub._lake.table_schemas import MESSAGES
 from lakepubsub.spark import local_session
 from lakepubsub.spark.tables import configure_storage, spark_path
 
-RESULTS = Path(__file__).parent / "results"
 DATA_BYTES = 1024
 # Distinct values of the grouped attribute: a small, realistic group count.
 ATTRIBUTE_VALUES = 16
@@ -87,37 +87,6 @@ class Timing:
     min_s: float
     max_s: float
     cpu_median_s: float
-
-
-def tree_cpu_s(root: int) -> float:
-    """CPU seconds used so far by process ``root`` and all its descendants (Linux /proc).
-
-    CPU time is what a path costs the machine; unlike wall time it barely moves
-    when other work shares the cores. Each live process counts its own time and
-    that of its children that ended and were waited for (``cutime``/``cstime``),
-    so a Python worker that exits between two readings keeps its share.
-    """
-    parents: dict[int, int] = {}
-    used: dict[int, float] = {}
-    tick = os.sysconf("SC_CLK_TCK")
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parents[int(entry)] = int(fields[1])
-        used[int(entry)] = sum(int(f) for f in fields[11:15]) / tick
-    total = 0.0
-    for pid, cpu in used.items():
-        ancestor = pid
-        while ancestor not in (root, 0, 1) and ancestor in parents:
-            ancestor = parents[ancestor]
-        if ancestor == root:
-            total += cpu
-    return total
 
 
 def build_table(
@@ -412,19 +381,18 @@ def with_section(report: str, section: str, name: str) -> str:
     return (before + "\n\n" if before else "") + section
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else "")
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = out.parser(__doc__ or "", quick="small table, for CI (< 1 min)")
     parser.add_argument("--rows", type=int, default=0, help="messages in the table")
     parser.add_argument("--files", type=int, default=0, help="data files (one per commit)")
     parser.add_argument("--runs", type=int, default=DEFAULT_RUNS, help="timed runs per figure")
-    parser.add_argument("--quick", action="store_true", help="small table, for CI (< 1 min)")
     parser.add_argument("--s3", action="store_true", help="the table on a moto S3 server")
     parser.add_argument("--shell", action="store_true", help="`lakepubsub sql` shell latency")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     rows = args.rows or (QUICK_ROWS if args.quick else FULL_ROWS)
     files = args.files or (QUICK_FILES if args.quick else FULL_FILES)
-    RESULTS.mkdir(exist_ok=True)
-    scan = RESULTS / ("spark_scan-quick.md" if args.quick else "spark_scan.md")
+    args.out.mkdir(parents=True, exist_ok=True)
+    scan = args.out / ("spark_scan-quick.md" if args.quick else "spark_scan.md")
     kept = scan.read_text() if scan.exists() else ""
     if args.shell:
         section = shell_latency(rows, max(1, args.runs))
@@ -435,9 +403,4 @@ def main() -> None:
     name = "spark_scan" + ("-s3" if args.s3 else "") + ("-quick" if args.quick else "") + ".md"
     if not args.s3 and SHELL_SECTION in kept:  # keep the shell's figures
         report += "\n" + SHELL_SECTION + kept.split(SHELL_SECTION, 1)[1]
-    (RESULTS / name).write_text(report)
-    print(report)
-
-
-if __name__ == "__main__":
-    main()
+    out.write(args.out, name, report)

@@ -20,11 +20,17 @@ Each case runs ``runs`` times; a figure is the median of its runs with min-max.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from bench.harness.meter import ProcessUsage
+from bench.report import EN_DASH, fmt
 
 MESSAGE_BYTES = 1024
 
@@ -61,6 +67,8 @@ SERVER_PEAK_RSS = "server_peak_rss"
 # CPU of the benchmark's own client processes, to show which side is the bottleneck.
 CLIENT_CPU_PER_MILLION = "client_cpu_per_million_msgs"
 MIB = "MiB"
+_MILLION = 1_000_000
+_BYTES_PER_MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -245,6 +253,107 @@ def merge_runs(results: Iterable[Result]) -> list[Result]:
     ]
 
 
+def result(system: str, case: str, metric: str, unit: str, value: float) -> Result:
+    """One run's figure."""
+    return Result(system=system, case=case, metric=metric, unit=unit, values=(float(value),))
+
+
+def publish_figures(
+    system: str, case: str, *, seconds: float, messages: int, round_trips_ms: Sequence[float] = ()
+) -> list[Result]:
+    """Throughput of a publish run, and the round trip p50 / p99 of its requests if timed."""
+    figure = partial(result, system, case)
+    timed = [
+        figure(metric, MS, percentile(round_trips_ms, fraction))
+        for metric, fraction in ((BATCH_LATENCY_P50, 0.50), (BATCH_LATENCY_P99, 0.99))
+        if round_trips_ms
+    ]
+    return [
+        figure(THROUGHPUT, MSGS_PER_S, messages / seconds),
+        *timed,
+        figure(MESSAGES, MSGS, messages),
+    ]
+
+
+def consume_figures(
+    system: str, case: str, *, seconds: float, messages: int, drain: bool
+) -> list[Result]:
+    """Throughput of a pull + ack (or drain) run, and for a drain its time."""
+    figure = partial(result, system, case)
+    return [
+        *([figure(DRAIN_TIME, SECONDS, seconds)] if drain else []),
+        figure(THROUGHPUT, MSGS_PER_S, messages / seconds),
+        figure(MESSAGES, MSGS, messages),
+    ]
+
+
+def latency_figures(
+    system: str, case: str, latencies_ms: Sequence[float], *, achieved_rate: float
+) -> list[Result]:
+    """Publish -> receive latency p50 / p99 / max of a latency run, and the rate achieved."""
+    figure = partial(result, system, case)
+    return [
+        figure(LATENCY_P50, MS, percentile(latencies_ms, 0.50)),
+        figure(LATENCY_P99, MS, percentile(latencies_ms, 0.99)),
+        figure(LATENCY_MAX, MS, max(latencies_ms)),
+        figure(ACHIEVED_RATE, MSGS_PER_S, achieved_rate),
+        figure(MESSAGES, MSGS, len(latencies_ms)),
+    ]
+
+
+def usage_figures(
+    system: str, case: str, usage: ProcessUsage, *, client_cpu_s: float, messages: int
+) -> list[Result]:
+    """Server and client CPU per million messages, the server's peak RSS."""
+    figure = partial(result, system, case)
+    return [
+        figure(SERVER_CPU_PER_MILLION, CPU_S_PER_MILLION, usage.cpu_s * _MILLION / messages),
+        figure(SERVER_PEAK_RSS, MIB, usage.peak_rss_bytes / _BYTES_PER_MIB),
+        figure(CLIENT_CPU_PER_MILLION, CPU_S_PER_MILLION, client_cpu_s * _MILLION / messages),
+    ]
+
+
+def run_cases(
+    workload: Workload,
+    *,
+    system: str,
+    server: Callable[[], contextlib.AbstractContextManager[Any]],
+    publish: Callable[..., list[Result]],
+    consume: Callable[..., list[Result]],
+    latency: Callable[..., list[Result]],
+    progress: Callable[[str], None] | None = None,
+    latency_samples: list[float] | None = None,
+) -> list[Result]:
+    """Every case of the workload on one peer, ``workload.runs`` times each, each run on
+    the server ``server()`` enters (a fresh one per run, or a shared one).
+
+    ``latency_samples``, if given, gets every message's latency in ms of the first
+    latency case (the one the report charts).
+    """
+    ack_s = workload.ack_deadline_s
+    cases: list[tuple[str, Callable[[Any], list[Result]]]] = [
+        *((p.name, partial(publish, case=p)) for p in workload.publish),
+        *((c.name, partial(consume, case=c, ack_deadline_s=ack_s)) for c in workload.pull),
+        *(
+            (c.name, partial(latency, case=c, ack_deadline_s=ack_s, samples=latency_samples))
+            for c in workload.latency[:1]
+        ),
+        *(
+            (c.name, partial(latency, case=c, ack_deadline_s=ack_s, samples=None))
+            for c in workload.latency[1:]
+        ),
+        *((c.name, partial(consume, case=c, ack_deadline_s=ack_s)) for c in workload.drain),
+    ]
+    results: list[Result] = []
+    for name, run in cases:
+        for i in range(workload.runs):
+            if progress:
+                progress(f"{system}: {name} (run {i + 1}/{workload.runs})")
+            with server() as running:
+                results.extend(run(running))
+    return merge_runs(results)
+
+
 def markdown_table(results: Iterable[Result]) -> str:
     """Results as a markdown table: median and min-max per row."""
     lines = [
@@ -253,21 +362,10 @@ def markdown_table(results: Iterable[Result]) -> str:
     ]
     for r in results:
         lines.append(
-            f"| {r.system} | {r.case} | {r.metric} | {r.unit} | {_fmt(r.median)} "
-            f"| {_fmt(r.min)}{_EN_DASH}{_fmt(r.max)} | {len(r.values)} |"
+            f"| {r.system} | {r.case} | {r.metric} | {r.unit} | {fmt(r.median)} "
+            f"| {fmt(r.min)}{EN_DASH}{fmt(r.max)} | {len(r.values)} |"
         )
     return "\n".join(lines)
-
-
-_EN_DASH = "\u2013"  # between the ends of a range
-
-
-def _fmt(value: float) -> str:
-    if abs(value) >= 100:
-        return f"{value:,.0f}"
-    if abs(value) >= 1:
-        return f"{value:.2f}"
-    return f"{value:.3g}"
 
 
 # Seeds the payload generator, so payloads are the same in every process and run.

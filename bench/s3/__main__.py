@@ -1,6 +1,6 @@
 """S3 cost of lakepubsub, counted at a proxy in front of moto (bench/harness/s3_proxy.py).
 
-    python -m bench.s3 [--quick] [--profile zero|standard|express] [--out DIR]
+    python -m bench s3 [--quick] [--profile zero|standard|express] [--out DIR]
 
 Cases:
 
@@ -16,22 +16,20 @@ Written to ``DIR/s3.md`` (``bench/results`` by default).
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import httpx
 import orjson
 
-from bench import peer_lakepubsub as lps
-from bench.procstats import ProcessMeter
-from bench.s3.proxy import PROFILES, usd
+from bench import report as out
+from bench.harness.lakepubsub_server import PROJECT, REPO, REQUEST_TIMEOUT_S, LakePubSubServer
+from bench.harness.meter import ProcessMeter
+from bench.s3.prices import PROFILES, usd
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
 IDLE_RESOURCES = 20
 WARMUP_S = 15.0
 # Long enough for a change check (300 s on S3) and several peer heartbeats (60 s).
@@ -59,17 +57,17 @@ class IdleResult:
         return usd(self.kinds, tier) * 60 / self.seconds * MINUTES_PER_MONTH
 
 
-def _create(server: lps.LakePubSubServer, count: int, prefix: str = "idle") -> list[str]:
+def _create(server: LakePubSubServer, count: int, prefix: str = "idle") -> list[str]:
     """``count`` topics and one subscription to each; the subscriptions' names
     (each topic's name is its subscription's with ``topics``)."""
-    base = f"{server.url}/v1/projects/{lps.PROJECT}"
+    base = f"{server.url}/v1/projects/{PROJECT}"
     subscriptions = []
-    with httpx.Client(timeout=lps.REQUEST_TIMEOUT_S) as client:
+    with httpx.Client(timeout=REQUEST_TIMEOUT_S) as client:
         for i in range(count):
             client.put(f"{base}/topics/{prefix}-{i}").raise_for_status()
-            body = {"topic": f"projects/{lps.PROJECT}/topics/{prefix}-{i}"}
+            body = {"topic": f"projects/{PROJECT}/topics/{prefix}-{i}"}
             client.put(f"{base}/subscriptions/{prefix}-{i}", json=body).raise_for_status()
-            subscriptions.append(f"projects/{lps.PROJECT}/subscriptions/{prefix}-{i}")
+            subscriptions.append(f"projects/{PROJECT}/subscriptions/{prefix}-{i}")
     return subscriptions
 
 
@@ -91,7 +89,7 @@ class LoadResult:
         return usd(self.kinds, tier) * MILLION / max(1, self.messages)
 
 
-def _commits(server: lps.LakePubSubServer) -> dict[str, float]:
+def _commits(server: LakePubSubServer) -> dict[str, float]:
     found: dict[str, float] = {}
     for line in httpx.get(f"{server.url}/metrics", timeout=30).text.splitlines():
         if line.startswith("lakepubsub_delta_commits_total{"):
@@ -121,7 +119,7 @@ def load(
     """``rate`` messages a second for ``seconds`` over ``topics`` topics, open loop,
     one StreamingPull subscriber per topic; requests counted from the first
     publish until the subscriber has every message."""
-    with lps.LakePubSubServer(s3=True, grpc=True, proxy=profile, env=env) as server:
+    with LakePubSubServer(s3=True, serve=True, proxy=profile, env=env) as server:
         assert server.proxy is not None and server.moto is not None
         names = _create(server, topics, "load")
         total = int(rate * seconds)
@@ -130,7 +128,7 @@ def load(
         subscriber = subprocess.Popen(
             [*module, "subscribe", host, "--subscriptions", ",".join(names),
              "--expect", str(total), "--seconds", str(seconds + 300)],
-            stdout=subprocess.PIPE, cwd=lps.REPO,
+            stdout=subprocess.PIPE, cwd=REPO,
         )  # fmt: skip
         assert subscriber.stdout is not None
         subscriber.stdout.readline()  # "ready"
@@ -145,7 +143,7 @@ def load(
         publisher = subprocess.Popen(
             [*module, "publish", host, "--topics", topic_names, "--rate", str(rate),
              "--seconds", str(seconds), *(["--single"] if single else [])],
-            stdout=subprocess.PIPE, cwd=lps.REPO,
+            stdout=subprocess.PIPE, cwd=REPO,
         )  # fmt: skip
         published = _json_line(publisher)
         delivered = _json_line(subscriber)
@@ -168,13 +166,13 @@ def idle(
     profile: str,
     env: dict[str, str] | None = None,
 ) -> IdleResult:
-    with lps.LakePubSubServer(s3=True, grpc=True, proxy=profile, env=env) as server:
+    with LakePubSubServer(s3=True, serve=True, proxy=profile, env=env) as server:
         assert server.proxy is not None
         names = _create(server, resources)
         holder = None
         if streams:
             command = [sys.executable, "-m", "bench.s3.streams", server.emulator_host, *names]
-            holder = subprocess.Popen(command, stdout=subprocess.PIPE, cwd=lps.REPO)
+            holder = subprocess.Popen(command, stdout=subprocess.PIPE, cwd=REPO)
         try:
             time.sleep(WARMUP_S)
             server.proxy.reset()
@@ -227,7 +225,7 @@ def report(results: list[IdleResult], profile: str, window_s: float) -> list[str
     lines = [
         "# lakepubsub on S3: requests counted at the proxy",
         "",
-        f"`python -m bench.s3` — moto behind `bench/harness/s3_proxy.py` (profile `{profile}`), "
+        f"`python -m bench s3` — moto behind `bench/harness/s3_proxy.py` (profile `{profile}`), "
         f"one `lakepubsub serve` process; idle window {window_s:.0f} s after a "
         f"{WARMUP_S:.0f} s warm-up.",
         "",
@@ -251,10 +249,8 @@ def report(results: list[IdleResult], profile: str, window_s: float) -> list[str
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true")
+    parser = out.parser(__doc__ or "")
     parser.add_argument("--profile", choices=sorted(PROFILES), default="zero")
-    parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--cases", default="idle,load,flush", help="idle, load, flush")
     parser.add_argument(
         "--flush-windows",
@@ -316,15 +312,13 @@ def main(argv: Sequence[str] | None = None) -> None:
             for w in windows
         ]  # fmt: skip
         lines += load_report(sweep, args.profile)
-    print("\n".join(lines))
-    args.out.mkdir(parents=True, exist_ok=True)
     every = {"idle", "load", "flush"}
     name = "s3" if cases >= every else "s3-" + "-".join(sorted(cases & every))
     if args.profile != "zero":
         name += f"-{args.profile}"
     if args.intake:
         name += "-intake"
-    (args.out / f"{name}.md").write_text("\n".join(lines) + "\n")
+    out.write(args.out, f"{name}.md", lines)
 
 
 if __name__ == "__main__":

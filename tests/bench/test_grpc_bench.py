@@ -20,6 +20,8 @@ from bench import compare, gobuild, peer_nats
 from bench import grpc_bench as g
 from bench import peer_lakepubsub as lps
 from bench import workload as w
+from bench.harness.lakepubsub_server import PROJECT, BenchError, LakePubSubServer
+from bench.harness.nats_server import NatsServer
 
 TINY = dataclasses.replace(
     g.quick(),
@@ -47,14 +49,14 @@ def binary() -> Path:
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[lps.LakePubSubServer]:
-    with lps.LakePubSubServer(grpc=True) as lakepubsub:
+def server() -> Iterator[LakePubSubServer]:
+    with LakePubSubServer(serve=True) as lakepubsub:
         yield lakepubsub
 
 
 @pytest.fixture
-def nats_server() -> Iterator[peer_nats.NatsServer]:
-    with peer_nats.NatsServer() as nats:
+def nats_server() -> Iterator[NatsServer]:
+    with NatsServer() as nats:
         yield nats
 
 
@@ -72,9 +74,9 @@ def figures(results: Sequence[w.Result], case: str, system: str) -> dict[str, fl
 
 
 def test_loadgen_counts_every_publish_and_the_lake_holds_them(
-    binary: Path, server: lps.LakePubSubServer
+    binary: Path, server: LakePubSubServer
 ) -> None:
-    topic = lps._create_topic(server)
+    topic = server.create_topic()
     messages, publishers = 301, 3
 
     report, usage = g.run_loadgen(
@@ -90,16 +92,16 @@ def test_loadgen_counts_every_publish_and_the_lake_holds_them(
     assert report.elapsed_s > 0 and report.cpu_s >= 0
     assert usage.wall_s >= report.elapsed_s
     # Each publisher's untimed warm-up message is stored too.
-    lps._check_stored(server, topic, messages + publishers)
+    server.check_stored(topic, messages + publishers)
 
 
 def test_loadgen_drain_counts_each_message_once_and_acks_it(
-    binary: Path, server: lps.LakePubSubServer
+    binary: Path, server: LakePubSubServer
 ) -> None:
-    topic = lps._create_topic(server)
-    subscription = lps._create_subscription(server, topic, ack_deadline_s=10)
+    topic = server.create_topic()
+    subscription = server.create_subscription(topic, ack_deadline_s=10)
     backlog = 700
-    lps._publish_backlog(server, topic, backlog)
+    lps.publish_backlog(server, topic, backlog)
 
     report, _ = g.run_loadgen(
         binary,
@@ -111,13 +113,13 @@ def test_loadgen_drain_counts_each_message_once_and_acks_it(
 
     assert report["distinct"] == report["received"] == report["acked"] == backlog
     assert report["redelivered"] == 0
-    lps._check_all_acked(server, topic, subscription, backlog)
+    server.check_all_acked(topic, subscription, backlog)
 
 
-def test_loadgen_reports_its_errors(binary: Path, server: lps.LakePubSubServer) -> None:
-    missing = f"projects/{lps.PROJECT}/topics/no-such-topic"
+def test_loadgen_reports_its_errors(binary: Path, server: LakePubSubServer) -> None:
+    missing = f"projects/{PROJECT}/topics/no-such-topic"
 
-    with pytest.raises(g.BenchError, match=r"NotFound|not found|NOT_FOUND"):
+    with pytest.raises(BenchError, match=r"NotFound|not found|NOT_FOUND"):
         g.run_loadgen(
             binary,
             ["-system", "pubsub", "-mode", "publish", "-topic", missing, "-messages", "5"],
@@ -130,8 +132,12 @@ def test_loadgen_reports_its_errors(binary: Path, server: lps.LakePubSubServer) 
 # --- the cases, one run each -------------------------------------------------------------------
 
 
-def test_lakepubsub_drain(binary: Path, server: lps.LakePubSubServer) -> None:
-    found = figures(g.lps_drain(server, binary, TINY), TINY.drain_case, lps.SYSTEM)
+def test_lakepubsub_drain(binary: Path, server: LakePubSubServer) -> None:
+    found = figures(
+        g.run_drain(g._PubSub(server, TINY.ack_deadline_s), binary, TINY),
+        TINY.drain_case,
+        lps.SYSTEM,
+    )
 
     assert set(found) == {w.DRAIN_TIME, w.THROUGHPUT, w.MESSAGES, *USAGE, *STORAGE}
     assert found[w.MESSAGES] == TINY.drain_messages
@@ -139,10 +145,14 @@ def test_lakepubsub_drain(binary: Path, server: lps.LakePubSubServer) -> None:
 
 
 @pytest.mark.parametrize("single", [False, True], ids=["batching", "single"])
-def test_lakepubsub_publish(binary: Path, server: lps.LakePubSubServer, single: bool) -> None:
+def test_lakepubsub_publish(binary: Path, server: LakePubSubServer, single: bool) -> None:
     case = TINY.single_case if single else TINY.publish_case
 
-    found = figures(g.lps_publish(server, binary, TINY, single=single), case, lps.SYSTEM)
+    found = figures(
+        g.run_publish(g._PubSub(server, TINY.ack_deadline_s), binary, TINY, single=single),
+        case,
+        lps.SYSTEM,
+    )
 
     latency = {w.BATCH_LATENCY_P50, w.BATCH_LATENCY_P99} if single else set()
     assert set(found) == {w.THROUGHPUT, w.MESSAGES, *latency, *USAGE, *STORAGE}
@@ -153,34 +163,46 @@ def test_lakepubsub_publish(binary: Path, server: lps.LakePubSubServer, single: 
         assert found[w.THROUGHPUT] <= 1000 / found[w.BATCH_LATENCY_P50] * 2
 
 
-def test_lakepubsub_latency(binary: Path, server: lps.LakePubSubServer) -> None:
+def test_lakepubsub_latency(binary: Path, server: LakePubSubServer) -> None:
     samples: list[float] = []
 
-    found = figures(g.lps_latency(server, binary, TINY, samples), TINY.latency_case, lps.SYSTEM)
+    found = figures(
+        g.run_latency(g._PubSub(server, TINY.ack_deadline_s), binary, TINY, samples),
+        TINY.latency_case,
+        lps.SYSTEM,
+    )
 
     assert found[w.MESSAGES] == len(samples) == TINY.latency_messages
     assert found[w.LATENCY_P50] <= found[w.LATENCY_P99] <= found[w.LATENCY_MAX] == max(samples)
     assert found[w.ACHIEVED_RATE] == pytest.approx(TINY.latency_rate_per_s, rel=0.2)
 
 
-def test_nats_cases(binary: Path, nats_server: peer_nats.NatsServer) -> None:
-    drain = figures(g.nats_drain(nats_server, binary, TINY), TINY.drain_case, peer_nats.SYSTEM)
+def test_nats_cases(binary: Path, nats_server: NatsServer) -> None:
+    drain = figures(
+        g.run_drain(g._Nats(nats_server, TINY.ack_deadline_s), binary, TINY),
+        TINY.drain_case,
+        peer_nats.SYSTEM,
+    )
     assert drain[w.MESSAGES] == TINY.drain_messages
     assert set(drain) == {w.DRAIN_TIME, w.THROUGHPUT, w.MESSAGES, *USAGE}
     # The push consumer shows every message acked, none pending or redelivered.
     asyncio.run(
-        peer_nats._check_all_acked(nats_server.url, TINY.drain_messages, durable=g.PUSH_DURABLE)
+        peer_nats.check_all_acked(nats_server.url, TINY.drain_messages, durable=g.PUSH_DURABLE)
     )
 
     single = figures(
-        g.nats_publish(nats_server, binary, TINY, single=True), TINY.single_case, peer_nats.SYSTEM
+        g.run_publish(g._Nats(nats_server, TINY.ack_deadline_s), binary, TINY, single=True),
+        TINY.single_case,
+        peer_nats.SYSTEM,
     )
     assert single[w.MESSAGES] == TINY.single_messages
     assert single[w.BATCH_LATENCY_P50] <= single[w.BATCH_LATENCY_P99]
 
     samples: list[float] = []
     latency = figures(
-        g.nats_latency(nats_server, binary, TINY, samples), TINY.latency_case, peer_nats.SYSTEM
+        g.run_latency(g._Nats(nats_server, TINY.ack_deadline_s), binary, TINY, samples),
+        TINY.latency_case,
+        peer_nats.SYSTEM,
     )
     assert latency[w.MESSAGES] == len(samples) == TINY.latency_messages
     assert latency[w.LATENCY_P50] <= latency[w.LATENCY_P99] <= latency[w.LATENCY_MAX]
@@ -192,10 +214,14 @@ def test_nats_cases(binary: Path, nats_server: peer_nats.NatsServer) -> None:
 def test_a_failed_case_is_reported_and_the_others_still_run(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    def broken(*args: object, **kwargs: object) -> list[w.Result]:
-        raise g.BenchError("injected: the publisher gave up")
+    real = g.run_publish
 
-    monkeypatch.setattr(g, "lps_publish", broken)
+    def broken(side: object, *args: object, **kwargs: object) -> list[w.Result]:
+        if isinstance(side, g._PubSub):
+            raise BenchError("injected: the publisher gave up")
+        return real(side, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(g, "run_publish", broken)
     tiny = dataclasses.replace(TINY, drain_messages=300, publish_messages=200, single_messages=5)
     checkpoints: list[int] = []
 

@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from bench import compare, scratch
+from bench import charts, compare
 from bench import peer_lakepubsub as lps
 from bench import workload as w
+from bench.harness import scratch
+from bench.harness.lakepubsub_server import BenchError, LakePubSubServer, request_kind
 
 USAGE_METRICS = {w.SERVER_CPU_PER_MILLION, w.SERVER_PEAK_RSS, w.CLIENT_CPU_PER_MILLION}
 STORAGE_METRICS = {lps.DELTA_COMMITS_PER_MILLION, lps.COMMIT_CONFLICTS_PER_MILLION}
@@ -35,8 +37,8 @@ DASH, TIMES = "\u2013", "\u00d7"  # as the report writes ranges and ratios
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[lps.LakePubSubServer]:
-    with lps.LakePubSubServer() as lakepubsub:
+def server() -> Iterator[LakePubSubServer]:
+    with LakePubSubServer() as lakepubsub:
         yield lakepubsub
 
 
@@ -53,7 +55,7 @@ def by_metric(results: Sequence[w.Result], case: str, system: str = lps.SYSTEM) 
 
 @pytest.mark.parametrize(("batch_size", "clients"), [(1, 8), (10, 1)])
 def test_publish_stores_every_message(
-    server: lps.LakePubSubServer, batch_size: int, clients: int
+    server: LakePubSubServer, batch_size: int, clients: int
 ) -> None:
     case = w.PublishCase(batch_size=batch_size, clients=clients, messages_per_client=20)
 
@@ -75,20 +77,20 @@ def test_publish_stores_every_message(
     assert metrics[lps.DELTA_COMMITS_PER_MILLION] <= requests * 1_000_000 / case.total_messages
 
 
-def test_pull_receives_and_acks_every_message(server: lps.LakePubSubServer) -> None:
+def test_pull_receives_and_acks_every_message(server: LakePubSubServer) -> None:
     case = w.PullCase(consumers=4, backlog_messages=2_000, max_messages_per_pull=500)
 
-    results = lps.run_pull(server, case, ACK_DEADLINE_S)
+    results = lps.run_consume(server, case, ACK_DEADLINE_S)
 
     metrics = by_metric(results, case.name)
     assert set(metrics) == {w.THROUGHPUT, w.MESSAGES, *USAGE_METRICS, *STORAGE_METRICS}
     assert metrics[w.MESSAGES] == case.backlog_messages
 
 
-def test_drain_reports_its_time(server: lps.LakePubSubServer) -> None:
+def test_drain_reports_its_time(server: LakePubSubServer) -> None:
     case = w.DrainCase(backlog_messages=1_500, consumers=1, max_messages_per_pull=1_000)
 
-    results = lps.run_drain(server, case, ACK_DEADLINE_S)
+    results = lps.run_consume(server, case, ACK_DEADLINE_S)
 
     metrics = by_metric(results, case.name)
     assert set(metrics) == {
@@ -103,7 +105,7 @@ def test_drain_reports_its_time(server: lps.LakePubSubServer) -> None:
 
 
 def test_latency_receives_every_message_and_hands_out_samples(
-    server: lps.LakePubSubServer,
+    server: LakePubSubServer,
 ) -> None:
     case = w.LatencyCase(offered_rate_per_s=100, duration_s=0.5)
     samples: list[float] = []
@@ -125,16 +127,16 @@ def test_latency_receives_every_message_and_hands_out_samples(
     assert metrics[w.LATENCY_MAX] == max(samples)
 
 
-def test_a_server_error_fails_the_run(server: lps.LakePubSubServer) -> None:
+def test_a_server_error_fails_the_run(server: LakePubSubServer) -> None:
     missing = w.PullCase(consumers=1, backlog_messages=10, max_messages_per_pull=10)
-    job = lps._ConsumeJob(
+    job = lps.ConsumeJob(
         url=server.url,
         subscription="projects/bench/subscriptions/no-such-subscription",
         max_messages_per_pull=missing.max_messages_per_pull,
         total=missing.backlog_messages,
     )
 
-    with pytest.raises(lps.BenchError, match="HTTP 404"):
+    with pytest.raises(BenchError, match="HTTP 404"):
         lps._run_clients([job], server_pid=server.pid)
 
 
@@ -160,13 +162,13 @@ def test_run_all_repeats_each_case_and_merges_runs() -> None:
 
 
 def test_server_stops_and_removes_its_lake() -> None:
-    with lps.LakePubSubServer() as lakepubsub:
+    with LakePubSubServer() as lakepubsub:
         pid, directory = lakepubsub.pid, lakepubsub.directory
         assert directory is not None and Path(lakepubsub.lake).is_relative_to(directory)
         before = lakepubsub.counters().commits
-        lps._create_topic(lakepubsub)
+        lakepubsub.create_topic()
         assert lakepubsub.counters().commits > before
-    # Emptied at once, removed when the benchmark is done (bench/scratch.py).
+    # Emptied at once, removed when the benchmark is done (bench/harness/scratch.py).
     assert directory is not None and directory.is_dir()
     files = [p for p in directory.rglob("*") if p.is_file()]
     assert files and all(p.stat().st_size == 0 for p in files)
@@ -182,9 +184,9 @@ def test_on_s3_counts_storage_requests() -> None:
     # Every cycle commits (on S3 a server otherwise keeps plain subscriptions' lease
     # changes in memory for a few seconds, past this tiny run's timed part).
     every_cycle = {"LAKEPUBSUB_LEASE_FLUSH_MS": "0"}
-    with lps.LakePubSubServer(s3=True, env=every_cycle) as lakepubsub:
+    with LakePubSubServer(s3=True, env=every_cycle) as lakepubsub:
         assert lakepubsub.lake.startswith("s3://")
-        results = lps.run_pull(lakepubsub, case, ACK_DEADLINE_S)
+        results = lps.run_consume(lakepubsub, case, ACK_DEADLINE_S)
 
     metrics = by_metric(results, case.name, system=lps.SYSTEM_S3)
     assert metrics[w.MESSAGES] == case.backlog_messages
@@ -207,7 +209,7 @@ def test_on_s3_counts_storage_requests() -> None:
     ],
 )
 def test_moto_requests_are_classified_as_s3_bills_them(method: str, target: str, kind: str) -> None:
-    assert lps._request_kind(method, target) == kind
+    assert request_kind(method, target) == kind
 
 
 # --- the report ---------------------------------------------------------------
@@ -296,8 +298,8 @@ def test_report_and_charts_are_written(tmp_path: Path) -> None:
         load_after=(2.0, 2.0, 2.0),
     )
 
-    compare.throughput_chart(done.results, tmp_path / "t.png")
-    compare.latency_chart(done, tmp_path / "l.png")
+    charts.throughput_chart(done.results, tmp_path / "t.png")
+    charts.latency_chart(done, tmp_path / "l.png")
     text = compare.report(done, command="python -m bench", charts=("t.png", "l.png"))
 
     assert (tmp_path / "t.png").stat().st_size > 0 and (tmp_path / "l.png").stat().st_size > 0

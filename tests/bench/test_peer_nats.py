@@ -15,9 +15,11 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from bench import peer_nats, scratch
+from bench import peer_nats
 from bench import workload as w
-from bench.procstats import ProcessMeter
+from bench.harness import scratch
+from bench.harness.meter import ProcessMeter
+from bench.harness.nats_server import NatsServer
 
 QUICK = w.quick()
 CPU_METRICS = frozenset({w.SERVER_CPU_PER_MILLION, w.CLIENT_CPU_PER_MILLION})
@@ -25,8 +27,8 @@ USAGE_METRICS = {*CPU_METRICS, w.SERVER_PEAK_RSS}
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[peer_nats.NatsServer]:
-    with peer_nats.NatsServer() as nats_server:
+def server() -> Iterator[NatsServer]:
+    with NatsServer() as nats_server:
         yield nats_server
 
 
@@ -52,7 +54,7 @@ def smallest_publish(*, clients: int) -> w.PublishCase:
 
 
 @pytest.mark.parametrize("clients", [1, 8])
-def test_publish_stores_every_message(server: peer_nats.NatsServer, clients: int) -> None:
+def test_publish_stores_every_message(server: NatsServer, clients: int) -> None:
     case = smallest_publish(clients=clients)
 
     results = peer_nats.run_publish(server, case)
@@ -70,11 +72,11 @@ def test_publish_stores_every_message(server: peer_nats.NatsServer, clients: int
     assert_positive(results)
 
 
-def test_pull_receives_and_acks_every_message(server: peer_nats.NatsServer) -> None:
+def test_pull_receives_and_acks_every_message(server: NatsServer) -> None:
     case = max(QUICK.pull, key=lambda c: c.consumers)
     assert case.consumers > 1
 
-    results = peer_nats.run_pull(server, case, QUICK.ack_deadline_s)
+    results = peer_nats.run_consume(server, case, QUICK.ack_deadline_s)
 
     metrics = by_metric(results, case.name)
     assert set(metrics) == {w.THROUGHPUT, w.MESSAGES, *USAGE_METRICS}
@@ -82,10 +84,10 @@ def test_pull_receives_and_acks_every_message(server: peer_nats.NatsServer) -> N
     assert_positive(results)
 
 
-def test_drain_reports_its_time(server: peer_nats.NatsServer) -> None:
+def test_drain_reports_its_time(server: NatsServer) -> None:
     case = dataclasses.replace(QUICK.drain[0], backlog_messages=3_000)
 
-    results = peer_nats.run_drain(server, case, QUICK.ack_deadline_s)
+    results = peer_nats.run_consume(server, case, QUICK.ack_deadline_s)
 
     metrics = by_metric(results, case.name)
     assert set(metrics) == {w.DRAIN_TIME, w.THROUGHPUT, w.MESSAGES, *USAGE_METRICS}
@@ -95,7 +97,7 @@ def test_drain_reports_its_time(server: peer_nats.NatsServer) -> None:
     assert_positive(results)
 
 
-def test_latency_receives_every_message(server: peer_nats.NatsServer) -> None:
+def test_latency_receives_every_message(server: NatsServer) -> None:
     case = QUICK.latency[0]
 
     results = peer_nats.run_latency(server, case, QUICK.ack_deadline_s)
@@ -140,7 +142,7 @@ def test_run_all_repeats_each_case_and_merges_runs() -> None:
 
 
 def test_nats_server_stops_and_removes_its_directory() -> None:
-    with peer_nats.NatsServer() as nats_server:
+    with NatsServer() as nats_server:
         pid = nats_server.pid
         store = nats_server.directory
         assert store is not None and store.is_dir()
@@ -201,7 +203,7 @@ def test_results_summarise_their_runs() -> None:
 
 def test_scratch_frees_space_at_once_and_inodes_at_the_end() -> None:
     """A released directory keeps its (now empty) files until remove_released: deleting
-    them between runs slowed file creation in the runs after (bench/scratch.py)."""
+    them between runs slowed file creation in the runs after (bench/harness/scratch.py)."""
     root = scratch.directory("bench-scratch-test-")
     (root / "sub").mkdir()
     for i, path in enumerate([root / "a.parquet", root / "sub" / "b.json"]):

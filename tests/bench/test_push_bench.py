@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench import push_bench
-from bench.peer_lakepubsub import REPO
+from bench.harness.lakepubsub_server import REPO
 
 # The quick run takes 45 s on 2 busy cores; this only catches a hang.
 QUICK_TIMEOUT_S = 110
@@ -33,7 +33,7 @@ SECTIONS = (
 @pytest.mark.slow
 def test_quick_run_reports_every_section(tmp_path: Path) -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "bench.push_bench", "--quick", "--out", str(tmp_path)],
+        [sys.executable, "-m", "bench", "push", "--quick", "--out", str(tmp_path)],
         cwd=REPO,
         capture_output=True,
         text=True,

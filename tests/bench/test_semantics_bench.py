@@ -1,6 +1,6 @@
 """The semantics benchmark's short form, end to end, and its ratios.
 
-``python -m bench.semantics_bench --quick`` runs as a subprocess against a
+``python -m bench semantics --quick`` runs as a subprocess against a
 real server; the test checks that it counted every message and wrote its
 report, and asserts nothing about speed.
 """
@@ -15,7 +15,7 @@ import pytest
 
 from bench import semantics_bench as sb
 from bench import workload as w
-from bench.peer_lakepubsub import REPO
+from bench.harness.lakepubsub_server import REPO
 
 # The quick form takes 10-20 s on 2 busy cores; this only catches a hang.
 QUICK_TIMEOUT_S = 120
@@ -23,7 +23,7 @@ QUICK_TIMEOUT_S = 120
 
 def test_quick_run_writes_a_row_per_subscription(tmp_path: Path) -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "bench.semantics_bench", "--quick", "--out", str(tmp_path)],
+        [sys.executable, "-m", "bench", "semantics", "--quick", "--out", str(tmp_path)],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -1,4 +1,5 @@
-"""CPU time and peak memory of a server process over a measured interval.
+"""The one meter: CPU time and peak memory of a process over a measured interval, and
+the CPU time of a process tree (Spark's JVM and its Python workers).
 
 Used for both peers (the nats-server binary and our uvicorn process), so the
 two sides are measured the same way: CPU seconds are user + system time from
@@ -8,6 +9,7 @@ the start of the interval where Linux allows it) and a background sampler.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -142,3 +144,34 @@ def _peak_rss_bytes(pid: int) -> int:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) * _KIB
     return 0
+
+
+def tree_cpu_s(root: int) -> float:
+    """CPU seconds used so far by process ``root`` and all its descendants (Linux /proc).
+
+    CPU time is what a path costs the machine; unlike wall time it barely moves
+    when other work shares the cores. Each live process counts its own time and
+    that of its children that ended and were waited for (``cutime``/``cstime``),
+    so a Python worker that exits between two readings keeps its share.
+    """
+    parents: dict[int, int] = {}
+    used: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry)] = int(fields[1])
+        used[int(entry)] = sum(int(f) for f in fields[11:15]) / tick
+    total = 0.0
+    for pid, cpu in used.items():
+        ancestor = pid
+        while ancestor not in (root, 0, 1) and ancestor in parents:
+            ancestor = parents[ancestor]
+        if ancestor == root:
+            total += cpu
+    return total

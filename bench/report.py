@@ -1,0 +1,180 @@
+"""The one report writer: the markdown every case writes to ``bench/results/``.
+
+A report is a title, a line saying when, where and by which command it was
+written, and sections of prose and tables; ``write`` puts it in the results
+directory and prints it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.metadata
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import psutil
+
+if TYPE_CHECKING:
+    from bench.workload import Result
+
+RESULTS = Path(__file__).resolve().parent / "results"
+EN_DASH = "\u2013"  # between the ends of a range
+NONE = "\u2014"  # no figure
+_GIB = 1024**3
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def load(average: Sequence[float] | None = None) -> str:
+    """The load average (1/5/15 min), now or as read before."""
+    return " / ".join(f"{v:.1f}" for v in (average or os.getloadavg()))
+
+
+def version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def machine() -> str:
+    """Cores, architecture, Python and the load average now, in one line."""
+    return (
+        f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}, "
+        f"load average {load()}"
+    )
+
+
+def fmt(value: float) -> str:
+    """Three significant figures or so; thousands separated."""
+    if value == 0:
+        return "0"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    if abs(value) >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3g}"
+
+
+def cell(result: Result | None, divisor: float = 1.0) -> str:
+    """A figure's median, with [min-max] when it has several runs."""
+    if result is None:
+        return NONE
+    median = fmt(result.median / divisor)
+    if len(result.values) == 1:
+        return median
+    return f"{median} [{fmt(result.min / divisor)}{EN_DASH}{fmt(result.max / divisor)}]"
+
+
+def ratio(ours: Result | None, peer: Result | None) -> str:
+    """``ours`` ÷ ``peer`` of the medians."""
+    if ours is None or peer is None or peer.median == 0:
+        return NONE
+    return f"{ours.median / peer.median:.3g}\u00d7"
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[object]], *, right: int = 1) -> list[str]:
+    """A markdown table; columns from ``right`` on are right-aligned."""
+    align = ["---" if i < right else "---:" for i in range(len(header))]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
+    return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+
+
+def header(title: str, *, command: str, about: str = "") -> list[str]:
+    """The title, and when, on what machine and by which command the report was written."""
+    line = f"{now()} · {machine()} · `{command}`" + (f" · {about}" if about else "")
+    return [f"# {title}", "", line, ""]
+
+
+def command(module: str, argv: Sequence[str] | None) -> str:
+    """The command line that ran ``module`` (``python -m bench <case> ...``)."""
+    return " ".join(["python -m bench", module, *(sys.argv[1:] if argv is None else argv)])
+
+
+def parser(description: str, *, quick: str = "small sizes (CI)") -> argparse.ArgumentParser:
+    """A case's command line, with the ``--quick`` and ``--out`` every case takes."""
+    found = argparse.ArgumentParser(description=description.split("\n", maxsplit=1)[0])
+    found.add_argument("--quick", action="store_true", help=quick)
+    found.add_argument("--out", type=Path, default=RESULTS, help="report directory")
+    return found
+
+
+def write(out: Path, name: str, lines: Sequence[str] | str, *, echo: bool = True) -> Path:
+    """Write a report as ``out/name`` (and print it)."""
+    text = lines if isinstance(lines, str) else "\n".join(lines) + "\n"
+    if echo:
+        print(text)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / name
+    path.write_text(text)
+    print(f"wrote {path}", file=sys.stderr)
+    return path
+
+
+def progress(started: float | None = None) -> Progress:
+    return Progress(time.monotonic() if started is None else started)
+
+
+class Progress:
+    """Prints a line to stderr with the seconds since the run started."""
+
+    def __init__(self, started: float) -> None:
+        self.started = started
+
+    def __call__(self, line: str) -> None:
+        print(f"[{time.monotonic() - self.started:7.1f} s] {line}", file=sys.stderr, flush=True)
+
+
+def _run(*argv: str) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return done.stdout.strip()
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def disk(path: str) -> str:
+    """The device, file system and size under ``path`` (where the lakes and stores live)."""
+    parts = [p for p in psutil.disk_partitions(all=True) if path.startswith(p.mountpoint)]
+    if not parts:
+        return "unknown disk"
+    part = max(parts, key=lambda p: len(p.mountpoint))
+    usage = psutil.disk_usage(part.mountpoint)
+    device = Path(part.device).name
+    rotational = Path(f"/sys/block/{device}/queue/rotational")
+    kind = ""
+    if rotational.is_file():
+        kind = f", kernel-reported rotational={rotational.read_text().strip()}"
+    model = _run("lsblk", "-dno", "MODEL,TRAN", part.device)
+    return (
+        f"{part.device} ({part.fstype}, {usage.total / _GIB:.0f} GiB, "
+        f"{usage.free / _GIB:.0f} GiB free{kind}{', ' + model if model else ''}) "
+        f"mounted at {part.mountpoint}"
+    )
+
+
+def software(*packages: str) -> str:
+    return ", ".join(f"{p} {version(p)}" for p in packages)
+
+
+def executable_version(*argv: str) -> str:
+    return _run(*argv) or "unknown"
