@@ -1,29 +1,13 @@
 """The side-by-side benchmark: lakepubsub over REST and gRPC and NATS JetStream, one run.
 
-    python -m bench [--quick] [--s3] [--runs N] [--out DIR] [--only rest|grpc]
+    python -m bench [compare] [--quick] [--s3] [--runs N] [--out DIR] [--only rest|grpc]
 
-Runs the shared workload (``bench/workload.py``) against NATS JetStream
-(``bench/peer_nats.py``) and against lakepubsub on a local lake
-(``bench/peer_lakepubsub.py``), one after the other on this machine; with
-``--s3`` also against lakepubsub on a moto S3 server, at ``S3_FRACTION`` of
-the message counts (a moto commit is about ten times slower than a local
-one), for its Delta commits, S3 requests and request cost per million
-messages. Writes ``report.md`` and PNG charts (``-quick`` names for
-``--quick``) to ``bench/results/``; a full run into the default directory
-also puts its table into ``bench/README.md``.
-
-The gRPC cases (``bench/grpc_bench.py``: lakepubsub through Google's Pub/Sub
-Go client, JetStream through the NATS Go client, both driven by the Go load
-generator in ``bench/loadgen``) run last, in the same run; ``--only grpc``
-runs just them, ``--only rest`` just the others. A case that fails is
-recorded in the report with its error and the others still run; the report is
-rewritten after every phase and gRPC case (marked partial until the end), and
-the command exits 1 if anything failed.
-
-``--quick`` is for CI: the quick workload with every publish client capped at
-``QUICK_ROUND_TRIPS`` requests (a batch-of-1 publish costs lakepubsub one
-Delta commit per request), one run. It checks that the harness works (every
-message published, received and acknowledged) and asserts nothing about speed.
+NATS JetStream (``bench/peer_nats.py``), then lakepubsub on a local lake
+(``bench/peer_lakepubsub.py``), with ``--s3`` on moto S3 at ``S3_FRACTION`` of the
+message counts, then the gRPC cases (``bench/grpc_bench.py``). Writes ``report.md`` and
+its charts (``bench/charts.py``); a full run into ``bench/results/`` also puts its
+tables into bench/README.md, which says what every case and figure is. ``--quick`` caps
+every publish client at ``QUICK_ROUND_TRIPS`` requests and checks the harness only.
 """
 
 from __future__ import annotations

@@ -2,20 +2,7 @@
 
     python -m bench flood [--quick] [--seconds 30] [--factor 2] [--connections 2048]
 
-One ``lakepubsub serve`` process on a local lake; the Go load generator
-(``bench/loadgen``, ``-system rest -mode flood``) first measures the capacity
-closed loop (``PUBLISHERS`` workers, each sending its next one-message publish
-when the last is answered), then sends ``factor`` times that rate open loop for
-``seconds``: every request on time, whatever the server answers, over up to
-``connections`` connections (a fleet of clients: by default more than the
-server's admission limit, ``LAKEPUBSUB_MAX_INFLIGHT_REQUESTS``, so requests
-past it reach the server and are refused there; with fewer connections than
-the limit, the excess waits in the clients' pools instead and times out).
-Reported: answers by status (200 accepted, 429 refused by admission
-control), requests that got no answer by kind (reset, timeout, ...), latency
-of the accepted ones, the server's peak RSS and CPU, and a check that the
-topic holds exactly the accepted messages (a refused publish stores nothing;
-an accepted one is never lost). Written to ``bench/results/flood.md``.
+What it sends, counts and checks: bench/README.md, "Overload". Writes ``flood.md``.
 """
 
 from __future__ import annotations

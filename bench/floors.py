@@ -2,30 +2,10 @@
 
     python -m bench floors [--quick] [--runs N] [--out DIR]
 
-The side-by-side cases compare lakepubsub with NATS JetStream. Some of their
-targets ask for less time or CPU per message than the libraries lakepubsub is
-built on spend on their own. This benchmark measures those floors beside
-JetStream in the same run, with the same clients:
-
-- ``grpc empty publish``: a grpcio asyncio server, configured as lakepubsub's
-  gRPC door, whose ``Publisher.Publish`` parses the request and answers its ids
-  at once: no storage. Driven by ``bench/loadgen``'s single-message publish
-  (Google's Go client, bundling off), 1 and 8 publishers. JetStream: the same
-  program through nats.go.
-- ``rest empty publish``: uvicorn with uvloop and httptools (as ``lakepubsub
-  serve``) serving an ASGI app that parses the JSON body and answers its ids.
-  Driven by the side-by-side benchmark's own REST clients
-  (``bench/peer_lakepubsub.py``), batches of 1, 1 and 8 clients. JetStream: the
-  nats-py clients of ``bench/peer_nats.py``.
-- ``protobuf``: building and serializing a StreamingPull response of 1,000
-  ``ReceivedMessage`` of 1 KiB from Python, with the protobuf runtime that
-  ``google-cloud-pubsub`` ships; the faster of its two ways to build one.
-- ``parquet``: pyarrow writing one 1 KiB message in the messages table's
-  schema to memory (a Delta commit writes at least one such file).
-- ``commit``: lakepubsub's own single-message publish (``Engine.publish``, one
-  Delta commit), called in a loop, no HTTP.
-
-Written to ``floors.md``.
+Single-message publish to servers that do nothing (uvicorn with an ASGI app; a grpcio
+server with the gRPC door's options), beside JetStream in the same run with the same
+clients; and in process: protobuf, parquet and lakepubsub's own commit. What each
+figure is: bench/README.md, "Floors". Writes ``floors.md``.
 """
 
 from __future__ import annotations

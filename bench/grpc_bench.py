@@ -1,57 +1,19 @@
-"""The gRPC cases: lakepubsub through Google's Pub/Sub Go client, NATS JetStream through nats.go.
+"""The gRPC cases of the side-by-side run: lakepubsub through Google's Pub/Sub Go client,
+NATS JetStream through nats.go, both driven by ``bench/loadgen`` (``python -m bench
+--only grpc [--quick] [--runs N]``).
 
-    python -m bench.grpc_bench [--quick] [--runs N]   # these cases alone, a markdown table
-
-Both sides are driven by one Go program, ``bench/loadgen`` (built once per
-machine by ``bench/gobuild.py``), so neither client is the slow part: for
-lakepubsub Google's unmodified Go client (``cloud.google.com/go/pubsub/v2``)
-over gRPC against ``lakepubsub serve`` (REST and gRPC on one port, found
-through ``PUBSUB_EMULATOR_HOST``), for JetStream the official NATS Go client
-against the same kind of ``nats-server`` as ``bench/peer_nats.py`` (file
-storage, one stream). 1 KiB messages, the shared workload's payloads.
-
-The cases (lakepubsub / JetStream):
-
-- ``grpc drain backlog=N``: a backlog of N, published first (untimed; over
-  REST / by the NATS peer's prefill), received and acked: through
-  StreamingPull (``Subscriber.Receive``, one stream) / from a durable push
-  consumer, one ack per message.
-- ``grpc publish batching=default publishers=P``: P publishers, each with a
-  client (connection) of its own, hand all their messages over at once and
-  wait for every result: ``Publisher.Publish`` with the client's default
-  batching (100 messages or 10 ms a request, many requests in flight) /
-  ``PublishAsync`` with its default window of pending acks.
-- ``grpc publish single publishers=1``: one publisher awaits each publish
-  before the next: ``Publish(...).Get`` with bundling off (``CountThreshold``
-  1; by default the client waits 10 ms for more) / ``Publish``, which waits for
-  the stream's ack. Round trip p50 / p99.
-- ``grpc latency rate=R/s``: one publisher at R msgs/s (bundling off),
-  stamping its send time in an attribute / a header; one receiver in the same
-  process (StreamingPull / push consumer) records receive minus send time.
-
-Both receivers allow ``max_outstanding`` unacked messages
-(``ReceiveSettings.MaxOutstandingMessages``; the push consumer's
-``MaxAckPending``). Each publisher sends one untimed warm-up message first (it
-connects), counted in the stored total. The timed part starts when the
-driver signals every prepared client at once; a drain ends when the last ack
-is sent (Pub/Sub: ``Receive`` returned, which waits for the acks to go out;
-NATS: a flush after the last ack), a publish when the last result is in.
-
-Every run checks what the server holds: every message stored once; after a
-drain or latency run every message acknowledged, none outstanding and none
-redelivered. A run that fails (the build, the client, a check) is recorded as
-a failure with its error and the other runs still run.
+How each case maps onto each system and what every run checks: bench/README.md, "gRPC
+cases". A run that fails (the build, the client, a check) is recorded with its error and
+the other runs still run.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import importlib.metadata
 import json
 import os
-import queue
 import shutil
 import subprocess
 import sys
@@ -67,7 +29,7 @@ from typing import Any
 from bench import gobuild, peer_nats
 from bench import peer_lakepubsub as lps
 from bench import workload as w
-from bench.harness.lakepubsub_server import BenchError, Counters, LakePubSubServer
+from bench.harness.lakepubsub_server import BenchError, LakePubSubServer
 from bench.harness.meter import ProcessMeter, ProcessUsage
 from bench.harness.nats_server import NatsServer
 
@@ -259,6 +221,15 @@ def run_loadgen(
 ) -> tuple[LoadgenReport, ProcessUsage]:
     """Start the load generator, wait until it is ready, start it and meter the server."""
     command = [str(binary), "-wait", "-timeout", f"{timeout_s:g}", *args]
+    output: list[str] = []
+    ready = threading.Event()
+
+    def read(stdout: Any) -> None:
+        for line in stdout:
+            output.append(line.rstrip("\n"))
+            if line.startswith('{"ready"'):
+                ready.set()
+
     with tempfile.TemporaryFile("w+") as stderr:
         process = subprocess.Popen(
             command,
@@ -268,12 +239,21 @@ def run_loadgen(
             env={**os.environ, **NO_METADATA_ENV, **(env or {})},
             text=True,
         )
-        lines: queue.Queue[str | None] = queue.Queue()
-        reader = threading.Thread(target=_read_lines, args=(process, lines), daemon=True)
+        reader = threading.Thread(target=read, args=(process.stdout,), daemon=True)
         reader.start()
-        output: list[str] = []
+
+        def tails() -> str:
+            stderr.seek(0)
+            out, err = "\n".join(output)[-OUTPUT_TAIL_CHARS:], stderr.read()[-OUTPUT_TAIL_CHARS:]
+            return f"\nstdout: {out}\nstderr: {err}"
+
         try:
-            _wait_ready(process, lines, output)
+            deadline = time.monotonic() + READY_TIMEOUT_S
+            while not ready.wait(0.5):
+                if process.poll() is not None:
+                    raise BenchError(f"exited {process.returncode} before it was ready")
+                if time.monotonic() > deadline:
+                    raise BenchError(f"not ready in {READY_TIMEOUT_S:g} s")
             with ProcessMeter(server_pid) as meter:
                 assert process.stdin is not None
                 process.stdin.write("go\n")
@@ -285,157 +265,36 @@ def run_loadgen(
             reader.join(timeout=5)
             if not isinstance(exc, Exception):
                 raise
-            raise BenchError(
-                f"loadgen {' '.join(args)}: {describe(exc)}{_tails(output, lines, stderr)}"
-            ) from exc
+            raise BenchError(f"loadgen {' '.join(args)}: {describe(exc)}{tails()}") from exc
         reader.join(timeout=5)
-        output += _drain(lines)
         docs = [json.loads(line) for line in output if line.startswith("{")]
         report = next((d for d in reversed(docs) if "mode" in d), None)
         if process.returncode != 0 or report is None or report.get("errors"):
             errors = report.get("errors") if report else None
             raise BenchError(
                 f"loadgen {' '.join(args)} exited {process.returncode}; errors: {errors}"
-                f"{_tails(output, lines, stderr) if report is None else ''}"
+                f"{tails() if report is None else ''}"
             )
     return LoadgenReport(report), meter.usage
 
 
-def _read_lines(process: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
-    assert process.stdout is not None
-    for line in process.stdout:
-        lines.put(line.rstrip("\n"))
-    lines.put(None)
+# --- the cases, on either system ----------------------------------------------------
 
-
-def _wait_ready(
-    process: subprocess.Popen[str], lines: queue.Queue[str | None], output: list[str]
-) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        try:
-            line = lines.get(timeout=0.5)
-        except queue.Empty:
-            continue
-        if line is None:
-            raise BenchError(f"exited {process.wait()} before it was ready")
-        output.append(line)
-        if line.startswith('{"ready"'):
-            return
-    raise BenchError(f"not ready in {READY_TIMEOUT_S:g} s")
-
-
-def _drain(lines: queue.Queue[str | None]) -> list[str]:
-    found = []
-    while True:
-        try:
-            line = lines.get_nowait()
-        except queue.Empty:
-            return found
-        if line is not None:
-            found.append(line)
-
-
-def _tails(output: list[str], lines: queue.Queue[str | None], stderr: Any) -> str:
-    stderr.seek(0)
-    err = stderr.read()[-OUTPUT_TAIL_CHARS:]
-    out = "\n".join([*output, *_drain(lines)])[-OUTPUT_TAIL_CHARS:]
-    return f"\nstdout: {out}\nstderr: {err}"
-
-
-# --- the two systems ---------------------------------------------------------------
-
-
-class _PubSub:
-    """lakepubsub through Google's Go client: a fresh topic (and subscription) per run."""
-
-    system = lps.SYSTEM
-
-    def __init__(self, server: LakePubSubServer, ack_deadline_s: int) -> None:
-        self.server, self._ack_deadline_s = server, ack_deadline_s
-        self.env = {"PUBSUB_EMULATOR_HOST": server.emulator_host}
-        self.topic = self.subscription = ""
-        self._before: Counters | None = None
-        self._after: Counters | None = None
-
-    def prepare(self, *, receive: bool, backlog: int = 0) -> list[str]:
-        self.topic = self.server.create_topic()
-        args = ["-system", "pubsub", "-topic", self.topic]
-        if receive:
-            self.subscription = self.server.create_subscription(
-                self.topic, ack_deadline_s=self._ack_deadline_s
-            )
-            args += ["-subscription", self.subscription]
-        if backlog:
-            lps.publish_backlog(self.server, self.topic, backlog)
-        self._before = self.server.counters()
-        return args
-
-    def ran(self) -> None:
-        self._after = self.server.counters()
-
-    def check_stored(self, n: int) -> None:
-        self.server.check_stored(self.topic, n)
-
-    def check_acked(self, n: int) -> None:
-        self.server.check_all_acked(self.topic, self.subscription, n)
-
-    def figures(
-        self, case: str, report: LoadgenReport, usage: ProcessUsage, n: int
-    ) -> list[w.Result]:
-        assert self._before is not None and self._after is not None
-        return lps.figures(self.server, case, usage, report.cpu_s, n, self._before, self._after)
-
-
-class _Nats:
-    """JetStream through nats.go: a fresh stream per run; receivers use a push consumer."""
-
-    system = peer_nats.SYSTEM
-    env: dict[str, str] | None = None
-
-    def __init__(self, server: NatsServer, ack_deadline_s: int) -> None:
-        self.server, self._ack_deadline_s = server, ack_deadline_s
-
-    def prepare(self, *, receive: bool, backlog: int = 0) -> list[str]:
-        asyncio.run(peer_nats.create_stream(self.server.url))
-        if backlog:
-            peer_nats.publish_backlog(self.server, backlog)
-        return ["-system", "nats", "-nats-url", self.server.url, "-stream", peer_nats.STREAM,
-                "-subject", peer_nats.SUBJECT, "-consumer", PUSH_DURABLE,
-                "-ack-wait", str(self._ack_deadline_s)]  # fmt: skip
-
-    def ran(self) -> None:
-        pass
-
-    def check_stored(self, n: int) -> None:
-        stored = asyncio.run(peer_nats.stream_messages(self.server.url))
-        if stored != n:
-            raise BenchError(f"stream holds {stored} messages, {n} were published")
-
-    def check_acked(self, n: int) -> None:
-        asyncio.run(peer_nats.check_all_acked(self.server.url, n, durable=PUSH_DURABLE))
-
-    def figures(
-        self, case: str, report: LoadgenReport, usage: ProcessUsage, n: int
-    ) -> list[w.Result]:
-        return w.usage_figures(self.system, case, usage, client_cpu_s=report.cpu_s, messages=n)
-
-
-_Side = _PubSub | _Nats
+_Side = lps.Side | peer_nats.Side
 
 
 def run_drain(side: _Side, binary: Path, workload: GrpcWorkload) -> list[w.Result]:
     """One run of the drain case: publish the backlog (untimed), then receive and ack it."""
     n, case = workload.drain_messages, workload.drain_case
-    args = side.prepare(receive=True, backlog=n)
-    report, usage = _loadgen(side, binary, [*args, "-mode", "drain", "-messages", str(n)], workload)
+    side.prepare(receive=True, backlog=n)
+    report, usage = _loadgen(side, binary, ["-mode", "drain", "-messages", str(n)], workload)
     _check_received(report, n)
     side.check_acked(n)
     return [
         *w.consume_figures(
             side.system, case, seconds=report.elapsed_s, messages=report["distinct"], drain=True
         ),
-        *side.figures(case, report, usage, n),
+        *side.figures(case, usage, report.cpu_s, n),
     ]
 
 
@@ -446,8 +305,8 @@ def run_publish(
     publishers = 1 if single else workload.publishers
     n = workload.single_messages if single else workload.publish_messages
     case = workload.single_case if single else workload.publish_case
-    args = side.prepare(receive=False)
-    args += ["-mode", "publish", "-publishers", str(publishers), "-messages", str(n)]
+    side.prepare(receive=False)
+    args = ["-mode", "publish", "-publishers", str(publishers), "-messages", str(n)]
     report, usage = _loadgen(side, binary, [*args, *(["-single"] if single else [])], workload)
     if report["published"] != n:
         raise BenchError(f"{report['published']} of {n} publishes confirmed")
@@ -459,7 +318,7 @@ def run_publish(
         *w.publish_figures(
             side.system, case, seconds=report.elapsed_s, messages=n, round_trips_ms=round_trips
         ),
-        *side.figures(case, report, usage, n),
+        *side.figures(case, usage, report.cpu_s, n),
     ]
 
 
@@ -468,8 +327,8 @@ def run_latency(
 ) -> list[w.Result]:
     """One run of the latency case: publish at a fixed rate, receive in the same process."""
     n, case = workload.latency_messages, workload.latency_case
-    args = side.prepare(receive=True)
-    args += ["-mode", "latency", "-messages", str(n), "-rate", str(workload.latency_rate_per_s)]
+    side.prepare(receive=True)
+    args = ["-mode", "latency", "-messages", str(n), "-rate", str(workload.latency_rate_per_s)]
     report, usage = _loadgen(side, binary, args, workload)
     _check_received(report, n)
     side.check_acked(n)
@@ -480,7 +339,7 @@ def run_latency(
         samples.extend(latencies)
     return [
         *w.latency_figures(side.system, case, latencies, achieved_rate=n / report["publish_s"]),
-        *side.figures(case, report, usage, n),
+        *side.figures(case, usage, report.cpu_s, n),
     ]
 
 
@@ -488,7 +347,8 @@ def _loadgen(
     side: _Side, binary: Path, args: list[str], workload: GrpcWorkload
 ) -> tuple[LoadgenReport, ProcessUsage]:
     receiving = ["-max-outstanding", str(workload.max_outstanding), "-streams", str(STREAMS)]
-    found = run_loadgen(binary, [*args, *receiving], server_pid=side.server.pid, env=side.env)
+    target, env = side.loadgen_args()
+    found = run_loadgen(binary, [*target, *args, *receiving], server_pid=side.server.pid, env=env)
     side.ran()
     return found
 
@@ -551,14 +411,14 @@ def run_all(
                     try:
                         if system == peer_nats.SYSTEM:
                             with NatsServer() as nats_server:
-                                raw += run(_Nats(nats_server, ack_s))
+                                raw += run(peer_nats.Side(nats_server, ack_s, durable=PUSH_DURABLE))
                             continue
                         with (
                             contextlib.nullcontext(shared)
                             if shared
                             else LakePubSubServer(serve=True) as server
                         ):
-                            raw += run(_PubSub(server, ack_s))
+                            raw += run(lps.Side(server, ack_s))
                     except Exception as exc:
                         if progress:
                             progress(f"{system}: {name} FAILED: {describe(exc)[:300]}")

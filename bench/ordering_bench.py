@@ -2,12 +2,7 @@
 
     python -m bench ordering [--messages N] [--keys K] [--quick]
 
-A ``lakepubsub`` server on a fresh local lake; the backlog is published over
-REST with ordering keys round-robin (untimed); one consumer pulls
-(``maxMessages`` 1,000) and acknowledges over REST until every message is
-acknowledged. It checks that each key's messages arrived in publish order, none
-missing and none twice, and prints msgs/s and the server's CPU per message.
-The report goes to ``bench/results/ordering.md``.
+bench/README.md, "Ordered delivery". Writes ``ordering.md`` (full size only).
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """The lakepubsub peer: the shared workload over Pub/Sub REST against a local server.
 
-Every run has a fresh server (``bench/harness/lakepubsub_server.py``, uvicorn,
-one process) on a fresh lake, local or in moto S3, unless the run shares one
-(CI), and a fresh topic and subscription. How each workload step maps onto
-Pub/Sub REST is in bench/README.md ("How each system is driven"): a batch is
-one ``:publish``; a pull is ``:pull`` with ``returnImmediately: false`` and the
-server's long-poll wait set to the NATS side's idle fetch timeout; an ack is one
-``:acknowledge`` per pull (from a second thread for the latency consumer); the
-latency publisher stamps ``bench-sent-ns``. After every run the lake itself is
-checked; Delta commits and conflicts come from ``/metrics``, S3 requests from
-moto's request log, over the timed part.
+Every run has a fresh server (``bench/harness/lakepubsub_server.py``) on a fresh lake,
+local or in moto S3, unless the run shares one (CI), and a fresh topic and
+subscription. How each workload step maps onto Pub/Sub REST: bench/README.md, "How
+each system is driven". After every run the lake itself is checked; Delta commits and
+conflicts come from ``/metrics``, S3 requests from moto's request log, over the timed
+part.
 """
 
 from __future__ import annotations
@@ -29,7 +25,7 @@ import httpx
 import orjson
 
 from bench import workload as w
-from bench.clients import Context, Report, run_clients, span_s
+from bench.clients import Context, Report, run_clients
 from bench.harness.lakepubsub_server import (
     REQUEST_TIMEOUT_S,
     S3_KINDS,
@@ -341,108 +337,76 @@ def consume(
     return _run_clients([consumer] * consumers, server_pid=server.pid)
 
 
-# --- the cases ----------------------------------------------------------------
+# --- one system's side of a run ------------------------------------------------
 
 
-def run_publish(server: LakePubSubServer, case: w.PublishCase) -> list[w.Result]:
-    """One run of a publish case on a fresh topic."""
-    topic = server.create_topic()
-    before = server.counters()
-    reports, usage = publish(
-        server,
-        topic,
-        batch_size=case.batch_size,
-        per_client=[case.messages_per_client] * case.clients,
-    )
-    after = server.counters()
-    server.check_stored(topic, case.total_messages)
-    total = case.total_messages
-    return [
-        *w.publish_figures(
-            server.system,
-            case.name,
-            seconds=span_s(reports),
-            messages=total,
-            round_trips_ms=[ms for r in reports for ms in r.latencies_ms],
-        ),
-        *figures(server, case.name, usage, sum(r.cpu_s for r in reports), total, before, after),
-    ]
+class Side:
+    """lakepubsub on a running server: a fresh topic (and subscription) per run, what the
+    lake holds afterwards, and the figures a run adds (CPU, memory, Delta commits, S3
+    requests). The REST runs drive it with this module's clients, the gRPC runs with
+    ``bench/loadgen``."""
 
+    def __init__(self, server: LakePubSubServer, ack_deadline_s: int) -> None:
+        self.server, self.system = server, server.system
+        self._ack_deadline_s = ack_deadline_s
+        self.topic = self.subscription = ""
+        self._before = self._after = Counters(0, 0, 0)
 
-def run_consume(
-    server: LakePubSubServer, case: w.PullCase | w.DrainCase, ack_deadline_s: int
-) -> list[w.Result]:
-    """One run of a pull + ack or drain case: publish the backlog (untimed), then drain it."""
-    backlog = case.backlog_messages
-    topic = server.create_topic()
-    subscription = server.create_subscription(topic, ack_deadline_s=ack_deadline_s)
-    publish_backlog(server, topic, backlog)
-    before = server.counters()
-    reports, usage = consume(
-        server,
-        subscription,
-        total=backlog,
-        consumers=case.consumers,
-        max_messages_per_pull=case.max_messages_per_pull,
-    )
-    after = server.counters()
-    server.check_all_acked(topic, subscription, backlog)
-    received = sum(r.messages for r in reports)
-    if received != backlog or any(r.redelivered for r in reports):
-        raise BenchError(
-            f"consumers received {received} deliveries of {backlog} messages, "
-            f"{sum(r.redelivered for r in reports)} redelivered"
+    def prepare(self, *, receive: bool, backlog: int = 0) -> None:
+        """A fresh topic, with ``receive`` a subscription, with ``backlog`` messages."""
+        self.topic = self.server.create_topic()
+        if receive:
+            self.subscription = self.server.create_subscription(
+                self.topic, ack_deadline_s=self._ack_deadline_s
+            )
+        if backlog:
+            publish_backlog(self.server, self.topic, backlog)
+        self._before = self.server.counters()
+
+    def ran(self) -> None:
+        """The timed part is over: what it cost the lake so far."""
+        self._after = self.server.counters()
+
+    def check_stored(self, n: int) -> None:
+        self.server.check_stored(self.topic, n)
+
+    def check_acked(self, n: int) -> None:
+        self.server.check_all_acked(self.topic, self.subscription, n)
+
+    def figures(
+        self, case: str, usage: ProcessUsage, client_cpu_s: float, messages: int
+    ) -> list[w.Result]:
+        return figures(self.server, case, usage, client_cpu_s, messages, self._before, self._after)
+
+    def loadgen_args(self) -> tuple[list[str], dict[str, str]]:
+        """``bench/loadgen``'s arguments and environment for this topic and subscription."""
+        args = ["-system", "pubsub", "-topic", self.topic, "-subscription", self.subscription]
+        return args, {"PUBSUB_EMULATOR_HOST": self.server.emulator_host}
+
+    def publish(self, case: w.PublishCase) -> tuple[list[Report], ProcessUsage]:
+        per_client = [case.messages_per_client] * case.clients
+        found = publish(self.server, self.topic, batch_size=case.batch_size, per_client=per_client)
+        self.ran()
+        return found
+
+    def consume(self, case: w.PullCase | w.DrainCase) -> tuple[list[Report], ProcessUsage]:
+        found = consume(
+            self.server,
+            self.subscription,
+            total=case.backlog_messages,
+            consumers=case.consumers,
+            max_messages_per_pull=case.max_messages_per_pull,
         )
-    drain = isinstance(case, w.DrainCase)
-    return [
-        *w.consume_figures(
-            server.system, case.name, seconds=span_s(reports), messages=received, drain=drain
-        ),
-        *figures(server, case.name, usage, sum(r.cpu_s for r in reports), received, before, after),
-    ]
+        self.ran()
+        return found
 
-
-def run_latency(
-    server: LakePubSubServer,
-    case: w.LatencyCase,
-    ack_deadline_s: int,
-    *,
-    samples: list[float] | None = None,
-) -> list[w.Result]:
-    """One run of the latency case: publish at a fixed rate, measure publish → receive.
-
-    ``samples``, if given, gets every message's latency in ms (for a distribution chart).
-    """
-    topic = server.create_topic()
-    subscription = server.create_subscription(topic, ack_deadline_s=ack_deadline_s)
-    total = case.total_messages
-    consumer = _LatencyConsumeJob(
-        url=server.url,
-        subscription=subscription,
-        max_messages_per_pull=case.max_messages_per_pull,
-        messages=total,
-    )
-    publisher = _LatencyPublishJob(
-        url=server.url, topic=topic, rate_per_s=case.offered_rate_per_s, messages=total
-    )
-    before = server.counters()
-    reports, usage = _run_clients([consumer, publisher], server_pid=server.pid)
-    after = server.counters()
-    received, sent = reports if reports[0].latencies_ms else reversed(reports)
-    server.check_all_acked(topic, subscription, total)
-    if received.redelivered:
-        raise BenchError(f"{received.redelivered} messages were redelivered")
-    if samples is not None:
-        samples.extend(received.latencies_ms)
-    return [
-        *w.latency_figures(
-            server.system,
-            case.name,
-            received.latencies_ms,
-            achieved_rate=total / (sent.end_s - sent.start_s),
-        ),
-        *figures(server, case.name, usage, sum(r.cpu_s for r in reports), total, before, after),
-    ]
+    def latency(self, case: w.LatencyCase) -> tuple[list[Report], ProcessUsage]:
+        total, url = case.total_messages, self.server.url
+        consumer = _LatencyConsumeJob(url, self.subscription, case.max_messages_per_pull, total)
+        publisher = _LatencyPublishJob(url, self.topic, case.offered_rate_per_s, total)
+        found = _run_clients([consumer, publisher], server_pid=self.server.pid)
+        self.ran()
+        return found
 
 
 def run_all(
@@ -464,9 +428,7 @@ def run_all(
             workload,
             system=SYSTEM_S3 if s3 else SYSTEM,
             server=lambda: contextlib.nullcontext(shared) if shared else LakePubSubServer(s3=s3),
-            publish=run_publish,
-            consume=run_consume,
-            latency=run_latency,
+            side=Side,
             progress=progress,
             latency_samples=latency_samples,
         )

@@ -1,19 +1,9 @@
 """The NATS JetStream peer: the shared workload against a local nats-server.
 
-Every run has a fresh ``nats-server`` (``bench/harness/nats_server.py``) and a
-fresh stream with the default limits retention; consumers share one durable
-pull consumer with explicit acks and ``ack_wait`` the workload's ack deadline.
-Every client is its own (spawned) process with one asyncio loop and one
-connection. JetStream has no batch calls:
-
-- "publish a batch of N": N ``publish_async`` calls pipelined, then wait for
-  all N stream acks before the next batch.
-- "pull up to N": ``fetch(batch=N)``; the latency consumer, whose stream is
-  mostly empty, fetches one message (waiting for it), then what the server
-  reports pending, up to N (``fetch(N)`` on an empty stream waits for all N).
-- "acknowledge": one ``ack()`` per message, then one ``flush()`` per pulled
-  batch, a round trip after which the server has read its acks. After every
-  run: every message acked, none pending, none redelivered.
+Every run has a fresh ``nats-server`` (``bench/harness/nats_server.py``) and stream;
+consumers share one durable pull consumer with explicit acks. How each workload step
+maps onto JetStream, which has no batch calls: bench/README.md, "How each system is
+driven". After every run: every message acked, none pending, none redelivered.
 """
 
 from __future__ import annotations
@@ -33,7 +23,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 
 from bench import workload as w
-from bench.clients import RUN_TIMEOUT_S, Context, Report, run_clients, span_s
+from bench.clients import RUN_TIMEOUT_S, Context, Report, run_clients
 from bench.harness.lakepubsub_server import BenchError
 from bench.harness.meter import ProcessUsage
 from bench.harness.nats_server import NatsServer
@@ -235,112 +225,79 @@ async def check_all_acked(url: str, total: int, *, durable: str = DURABLE) -> No
             raise BenchError(f"{info.num_redelivered} messages were redelivered")
 
 
+def publish_backlog(server: NatsServer, messages: int) -> None:
+    """``messages`` published (untimed) by ``PREFILL_CLIENTS`` processes; all stored."""
+    per_client = [len(range(c, messages, PREFILL_CLIENTS)) for c in range(PREFILL_CLIENTS)]
+    _publish(server, PREFILL_BATCH, per_client)
+    if (stored := asyncio.run(stream_messages(server.url))) != messages:
+        raise BenchError(f"stream holds {stored} messages, {messages} were published")
+
+
 def _publish(
-    server: NatsServer, *, batch_size: int, per_client: Sequence[int]
+    server: NatsServer, batch_size: int, per_client: Sequence[int]
 ) -> tuple[list[Report], ProcessUsage]:
-    """Publish from one process per ``per_client`` entry; check the stream stored them all."""
     jobs = [
-        _PublishJob(
-            url=server.url,
-            batch_size=batch_size,
-            messages=messages,
-            first_index=sum(per_client[:c]),
-        )
+        _PublishJob(server.url, batch_size, messages, first_index=sum(per_client[:c]))
         for c, messages in enumerate(per_client)
     ]
-    reports, usage = run_clients(jobs, server_pid=server.pid)
-    stored = asyncio.run(stream_messages(server.url))
-    if stored != sum(per_client):
-        raise BenchError(f"stream holds {stored} messages, {sum(per_client)} were published")
-    return reports, usage
+    return run_clients(jobs, server_pid=server.pid)
 
 
-def publish_backlog(server: NatsServer, messages: int) -> None:
-    per_client = [len(range(c, messages, PREFILL_CLIENTS)) for c in range(PREFILL_CLIENTS)]
-    _publish(server, batch_size=PREFILL_BATCH, per_client=per_client)
+# --- one system's side of a run ------------------------------------------------
 
 
-# --- the cases ----------------------------------------------------------------
+class Side:
+    """JetStream on a running server: a fresh stream per run (and for the REST runs a
+    durable pull consumer), what the server holds afterwards, the figures a run adds."""
 
+    system = SYSTEM
 
-def run_publish(server: NatsServer, case: w.PublishCase) -> list[w.Result]:
-    """One run of a publish case on a fresh stream."""
-    asyncio.run(create_stream(server.url))
-    reports, usage = _publish(
-        server, batch_size=case.batch_size, per_client=[case.messages_per_client] * case.clients
-    )
-    total = case.total_messages
-    return [
-        *w.publish_figures(
-            SYSTEM,
-            case.name,
-            seconds=span_s(reports),
-            messages=total,
-            round_trips_ms=[ms for r in reports for ms in r.latencies_ms],
-        ),
-        *_usage(case.name, usage, reports, total),
-    ]
+    def __init__(self, server: NatsServer, ack_deadline_s: int, *, durable: str = DURABLE) -> None:
+        # ``durable``: the pull consumer this side creates, or the push consumer
+        # ``bench/loadgen`` creates (any other name).
+        self.server, self._ack_deadline_s, self._durable = server, ack_deadline_s, durable
 
+    def prepare(self, *, receive: bool, backlog: int = 0) -> None:
+        asyncio.run(create_stream(self.server.url))
+        if backlog:
+            publish_backlog(self.server, backlog)
+        if receive and self._durable == DURABLE:
+            asyncio.run(_create_consumer(self.server.url, ack_deadline_s=self._ack_deadline_s))
 
-def run_consume(
-    server: NatsServer, case: w.PullCase | w.DrainCase, ack_deadline_s: int
-) -> list[w.Result]:
-    """One run of a pull + ack or drain case: publish the backlog (untimed), then drain it."""
-    backlog = case.backlog_messages
-    asyncio.run(create_stream(server.url))
-    publish_backlog(server, backlog)
-    asyncio.run(_create_consumer(server.url, ack_deadline_s=ack_deadline_s))
-    job = _ConsumeJob(
-        url=server.url, max_messages_per_pull=case.max_messages_per_pull, total=backlog
-    )
-    reports, usage = run_clients([job] * case.consumers, server_pid=server.pid)
-    asyncio.run(check_all_acked(server.url, backlog))
-    received = sum(r.messages for r in reports)
-    if received != backlog:
-        raise BenchError(f"consumers received {received} of {backlog} messages")
-    drain = isinstance(case, w.DrainCase)
-    return [
-        *w.consume_figures(
-            SYSTEM, case.name, seconds=span_s(reports), messages=received, drain=drain
-        ),
-        *_usage(case.name, usage, reports, received),
-    ]
+    def ran(self) -> None:
+        pass
 
+    def check_stored(self, n: int) -> None:
+        if (stored := asyncio.run(stream_messages(self.server.url))) != n:
+            raise BenchError(f"stream holds {stored} messages, {n} were published")
 
-def run_latency(
-    server: NatsServer,
-    case: w.LatencyCase,
-    ack_deadline_s: int,
-    *,
-    samples: list[float] | None = None,
-) -> list[w.Result]:
-    """One run of the latency case: publish at a fixed rate, measure publish → receive."""
-    asyncio.run(create_stream(server.url))
-    asyncio.run(_create_consumer(server.url, ack_deadline_s=ack_deadline_s))
-    total = case.total_messages
-    consumer = _LatencyConsumeJob(
-        url=server.url,
-        max_messages_per_pull=case.max_messages_per_pull,
-        messages=total,
-        deadline_s=case.duration_s + RUN_TIMEOUT_S / 10,
-    )
-    publisher = _LatencyPublishJob(
-        url=server.url, rate_per_s=case.offered_rate_per_s, messages=total
-    )
-    reports, usage = run_clients([consumer, publisher], server_pid=server.pid)
-    received, sent = reports if reports[0].latencies_ms else reversed(reports)
-    asyncio.run(check_all_acked(server.url, total))
-    if samples is not None:
-        samples.extend(received.latencies_ms)
-    return [
-        *w.latency_figures(
-            SYSTEM,
-            case.name,
-            received.latencies_ms,
-            achieved_rate=total / (sent.end_s - sent.start_s),
-        ),
-        *_usage(case.name, usage, reports, total),
-    ]
+    def check_acked(self, n: int) -> None:
+        asyncio.run(check_all_acked(self.server.url, n, durable=self._durable))
+
+    def figures(
+        self, case: str, usage: ProcessUsage, client_cpu_s: float, messages: int
+    ) -> list[w.Result]:
+        return w.usage_figures(SYSTEM, case, usage, client_cpu_s=client_cpu_s, messages=messages)
+
+    def loadgen_args(self) -> tuple[list[str], dict[str, str] | None]:
+        """``bench/loadgen``'s arguments for this stream and its push consumer."""
+        return ["-system", "nats", "-nats-url", self.server.url, "-stream", STREAM,
+                "-subject", SUBJECT, "-consumer", self._durable,
+                "-ack-wait", str(self._ack_deadline_s)], None  # fmt: skip
+
+    def publish(self, case: w.PublishCase) -> tuple[list[Report], ProcessUsage]:
+        return _publish(self.server, case.batch_size, [case.messages_per_client] * case.clients)
+
+    def consume(self, case: w.PullCase | w.DrainCase) -> tuple[list[Report], ProcessUsage]:
+        job = _ConsumeJob(self.server.url, case.max_messages_per_pull, case.backlog_messages)
+        return run_clients([job] * case.consumers, server_pid=self.server.pid)
+
+    def latency(self, case: w.LatencyCase) -> tuple[list[Report], ProcessUsage]:
+        total, url = case.total_messages, self.server.url
+        deadline_s = case.duration_s + RUN_TIMEOUT_S / 10
+        consumer = _LatencyConsumeJob(url, case.max_messages_per_pull, total, deadline_s)
+        publisher = _LatencyPublishJob(url, case.offered_rate_per_s, total)
+        return run_clients([consumer, publisher], server_pid=self.server.pid)
 
 
 def run_all(
@@ -354,16 +311,7 @@ def run_all(
         workload,
         system=SYSTEM,
         server=NatsServer,
-        publish=run_publish,
-        consume=run_consume,
-        latency=run_latency,
+        side=Side,
         progress=progress,
         latency_samples=latency_samples,
     )
-
-
-def _usage(
-    case: str, usage: ProcessUsage, reports: Sequence[Report], messages: int
-) -> list[w.Result]:
-    client_cpu_s = sum(r.cpu_s for r in reports)
-    return w.usage_figures(SYSTEM, case, usage, client_cpu_s=client_cpu_s, messages=messages)

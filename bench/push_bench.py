@@ -2,28 +2,10 @@
 
     python -m bench push [--quick] [--out DIR]
 
-Every server is ``lakepubsub serve`` (one process, default settings but for
-``LAKEPUBSUB_API_KEYS`` where stated) on a fresh lake in a temporary
-directory. The push endpoints are one HTTP/1.1 server on 127.0.0.1, on an
-asyncio loop in a thread of this process: it answers each path as its
-scenario says and records every request's arrival, message id and send stamp.
-
-1. Throughput: a backlog is published to a pull subscription (untimed), then
-   ``:modifyPushConfig`` points it at an endpoint that acks everything; the
-   time until every message id has arrived, and duplicates.
-2. Latency: single messages published at a fixed rate (the peer's latency
-   publisher, its own process) carry their send time; the endpoint records
-   arrival minus send time.
-3. Seed 003's back-off, both at once on their own subscriptions: (a) an
-   endpoint that nacks (HTTP 500) one request in five while messages are
-   published at 5/s: the mean interval between deliveries (seed: about 500 ms);
-   (b) an endpoint that nacks everything: the interval between deliveries as
-   it grows (seed: every 30-60 s once backed off).
-4. Authentication cost: sequential single-message publishes, alternating
-   between a server with no identities and one with an API key (sent as a
-   bearer token), so that load on the machine falls on both alike.
-
-Writes bench/results/push.md (push-quick.md with --quick) and prints it.
+Every server is ``lakepubsub serve`` on a fresh lake; the push endpoints are one
+HTTP/1.1 server on an asyncio loop in a thread of this process, answering each path
+as its scenario says and recording every request. The sections: bench/README.md,
+"Push delivery". Writes ``push.md`` and prints it.
 """
 
 from __future__ import annotations

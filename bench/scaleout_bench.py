@@ -2,29 +2,9 @@
 
     python -m bench scaleout [--servers 1,2] [--seconds 10] [--clients 8] [--s3] [--quick]
 
-For each server count N: a fresh lake (a temp directory, or with ``--s3`` a
-moto S3 server), N ``uvicorn api.app`` processes on it, one topic and one
-subscription. Then two timed phases:
-
-- ``publish``: ``--clients`` client processes, client i talking to server
-  i mod N, each sends REST publishes of ``--batch`` 1 KiB messages back to
-  back for ``--seconds``. Reported: messages/s over all clients, each
-  server's share of the messages, the smallest share, Delta commits and
-  commit conflicts per million messages (every server's /metrics). Checked:
-  the topic's head equals the number of message ids the servers returned
-  (nothing lost, nothing written twice).
-- ``pull + ack``: 4 consumer processes spread over the servers the same way
-  drain the subscription (pull of 1,000, then one acknowledge) for at most
-  ``--seconds``. Reported: acknowledged messages/s, commits and conflicts per
-  million acknowledged.
-
-Writes scaleout.md (scaleout-s3.md with ``--s3``; ``-quick``
-with ``--quick``). This is the measurement behind issue 17 (scale-out): one
-topic is one Delta table; the servers peer, so one of them commits for it and
-the others hand it their clients' work (lakepubsub/peering/). Also reported:
-the servers' CPU per message, with ``--s3`` moto's (the lake's) CPU per message,
-and the machine's busy share in each phase: on a machine whose cores the
-servers, the clients and moto share, those bound what more servers can add.
+The phases, figures and checks: bench/README.md, "Scale-out". Writes ``scaleout.md``
+(``scaleout-s3.md`` with ``--s3``). The measurement behind issue 17: one topic is one
+Delta table; the servers peer (lakepubsub/peering/), so one of them commits for it.
 """
 
 from __future__ import annotations

@@ -2,29 +2,9 @@
 
     python -m bench semantics [--quick] [--runs N] [--out DIR]
 
-Three subscriptions drain the same kind of backlog, in the same run, against a
-real server (``bench/peer_lakepubsub.py``'s uvicorn subprocess on a temporary
-lake):
-
-- ``plain``: no options;
-- ``exactly-once``: ``enableExactlyOnceDelivery: true``;
-- ``filter 10%``: ``attributes.bucket = "0"``; message i carries ``bucket = str(i % 10)``.
-
-One run of a case: a fresh topic and subscription; a backlog of 1 KiB messages
-published in batches of 1,000 (untimed; ten times as many for the filter, so
-that every case delivers the same number of messages and the figures are the
-steady state of a drain, not the start-up of a half-second one); then ``CONSUMERS`` client processes
-pull up to 1,000 and acknowledge each pull before the next, as the shared
-workload's pull + ack case does, until every expected message is acknowledged.
-A run fails unless every delivery was a first delivery, the consumers got
-exactly the expected messages (with the filter: only and all of bucket "0"),
-one more pull finds nothing, and the subscription then has nothing outstanding
-and its cursor at the topic's head. Full runs give every run of every case a
-fresh server and lake; ``--quick`` shares one server (fresh topics still).
-Runs alternate between the cases (plain, exactly-once, filter, plain, ...) so
-load on the machine falls on all alike; each figure is the median of the runs.
-
-Writes ``bench/results/semantics.md`` (``semantics-quick.md`` for ``--quick``)
+The three subscriptions, the backlog and the checks: bench/README.md, "Delivery
+semantics". Runs alternate between the cases so load on the machine falls on all
+alike; ``--quick`` shares one server (fresh topics still). Writes ``semantics.md``
 and prints its tables.
 """
 

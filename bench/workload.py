@@ -1,21 +1,6 @@
-"""The benchmark workload, shared by both peers (lakepubsub over REST, NATS JetStream).
-
-Every figure compares the two systems on the same cases, sizes and machine:
-
-- publish: ``clients`` client processes each publish ``messages_per_client``
-  messages of ``MESSAGE_BYTES`` in batches of ``batch_size``; the next batch
-  is sent once the previous one is acknowledged. Throughput is all messages
-  over the wall time from the common start to the last acknowledgement.
-- pull: ``backlog_messages`` are published first (not timed); then
-  ``consumers`` client processes pull up to ``max_messages_per_pull`` at a
-  time and acknowledge every message until the backlog is gone.
-- latency: one publisher sends at ``offered_rate_per_s`` for ``duration_s``,
-  stamping its send time; one consumer records receive time minus send time.
-- drain: as pull, for a large backlog, reporting the time to drain it.
-- resources: server CPU seconds per million messages and server peak RSS,
-  for every case.
-
-Each case runs ``runs`` times; a figure is the median of its runs with min-max.
+"""The side-by-side workload, shared by both peers (lakepubsub over REST, NATS JetStream):
+its cases and sizes, the figures every run reports, and the loop that runs every case on
+one peer. What each case measures: bench/README.md, "The workload".
 """
 
 from __future__ import annotations
@@ -27,8 +12,10 @@ import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
+from bench.clients import Report, span_s
+from bench.harness.lakepubsub_server import BenchError
 from bench.harness.meter import ProcessUsage
 from bench.report import EN_DASH, fmt
 
@@ -134,16 +121,29 @@ class Workload:
     ack_deadline_s: int
 
 
-def _publish_cases(messages_by_batch: dict[int, int]) -> tuple[PublishCase, ...]:
-    return tuple(
-        PublishCase(
-            batch_size=batch,
-            clients=clients,
+def _workload(
+    publish_messages: dict[int, int],
+    *,
+    pull_backlog: int,
+    latency: tuple[LatencyCase, ...],
+    drain_backlog: int,
+    runs: int,
+) -> Workload:
+    return Workload(
+        publish=tuple(
             # A whole number of batches per client.
-            messages_per_client=messages_by_batch[batch] // clients // batch * batch,
-        )
-        for batch in _BATCH_SIZES
-        for clients in _PUBLISH_CLIENTS
+            PublishCase(batch, clients, publish_messages[batch] // clients // batch * batch)
+            for batch in _BATCH_SIZES
+            for clients in _PUBLISH_CLIENTS
+        ),
+        pull=tuple(
+            PullCase(consumers, pull_backlog, _MAX_MESSAGES_PER_PULL)
+            for consumers in _PULL_CONSUMERS
+        ),
+        latency=latency,
+        drain=(DrainCase(drain_backlog, 1, _MAX_MESSAGES_PER_PULL),),
+        runs=runs,
+        ack_deadline_s=_ACK_DEADLINE_S,
     )
 
 
@@ -153,56 +153,25 @@ def full() -> Workload:
     About 6-9 minutes for the NATS side on 2 cores, over half of it the 1M
     drain (each run publishes its own backlog first, untimed).
     """
-    return Workload(
-        publish=_publish_cases(_FULL_PUBLISH_MESSAGES),
-        pull=tuple(
-            PullCase(
-                consumers=consumers,
-                backlog_messages=100_000,
-                max_messages_per_pull=_MAX_MESSAGES_PER_PULL,
-            )
-            for consumers in _PULL_CONSUMERS
-        ),
+    return _workload(
+        _FULL_PUBLISH_MESSAGES,
+        pull_backlog=100_000,
         # One rate both systems sustain (latency without queueing), and one
         # above what one lakepubsub process takes in single-message requests.
-        latency=(
-            LatencyCase(offered_rate_per_s=200, duration_s=10.0),
-            LatencyCase(offered_rate_per_s=1_000, duration_s=10.0),
-        ),
-        drain=(
-            DrainCase(
-                backlog_messages=1_000_000,
-                consumers=1,
-                max_messages_per_pull=_MAX_MESSAGES_PER_PULL,
-            ),
-        ),
+        latency=(LatencyCase(200, 10.0), LatencyCase(1_000, 10.0)),
+        drain_backlog=1_000_000,
         runs=3,
-        ack_deadline_s=_ACK_DEADLINE_S,
     )
 
 
 def quick() -> Workload:
     """The same shapes at tiny sizes, one run each: for CI, seconds per peer."""
-    return Workload(
-        publish=_publish_cases(_QUICK_PUBLISH_MESSAGES),
-        pull=tuple(
-            PullCase(
-                consumers=consumers,
-                backlog_messages=4_000,
-                max_messages_per_pull=_MAX_MESSAGES_PER_PULL,
-            )
-            for consumers in _PULL_CONSUMERS
-        ),
-        latency=(LatencyCase(offered_rate_per_s=500, duration_s=1.0),),
-        drain=(
-            DrainCase(
-                backlog_messages=10_000,
-                consumers=1,
-                max_messages_per_pull=_MAX_MESSAGES_PER_PULL,
-            ),
-        ),
+    return _workload(
+        _QUICK_PUBLISH_MESSAGES,
+        pull_backlog=4_000,
+        latency=(LatencyCase(500, 1.0),),
+        drain_backlog=10_000,
         runs=1,
-        ack_deadline_s=_ACK_DEADLINE_S,
     )
 
 
@@ -313,36 +282,106 @@ def usage_figures(
     ]
 
 
+class Side(Protocol):
+    """One system on one running server, as a run sees it (``peer_lakepubsub.Side``,
+    ``peer_nats.Side``): a fresh topic or stream per run, the clients of each case, what
+    the server holds afterwards and the figures a run adds."""
+
+    system: str
+
+    def prepare(self, *, receive: bool, backlog: int = 0) -> None: ...
+    def check_stored(self, n: int) -> None: ...
+    def check_acked(self, n: int) -> None: ...
+    def figures(
+        self, case: str, usage: ProcessUsage, client_cpu_s: float, messages: int
+    ) -> list[Result]: ...
+    def publish(self, case: PublishCase) -> tuple[list[Report], ProcessUsage]: ...
+    def consume(self, case: PullCase | DrainCase) -> tuple[list[Report], ProcessUsage]: ...
+    def latency(self, case: LatencyCase) -> tuple[list[Report], ProcessUsage]: ...
+
+
+def _cpu_s(reports: Sequence[Report]) -> float:
+    return sum(r.cpu_s for r in reports)
+
+
+def run_publish(side: Side, case: PublishCase) -> list[Result]:
+    """One run of a publish case on a fresh topic or stream."""
+    side.prepare(receive=False)
+    reports, usage = side.publish(case)
+    total = case.total_messages
+    side.check_stored(total)
+    round_trips_ms = [ms for r in reports for ms in r.latencies_ms]
+    return [
+        *publish_figures(
+            side.system, case.name, seconds=span_s(reports), messages=total,
+            round_trips_ms=round_trips_ms,
+        ),
+        *side.figures(case.name, usage, _cpu_s(reports), total),
+    ]  # fmt: skip
+
+
+def run_consume(side: Side, case: PullCase | DrainCase) -> list[Result]:
+    """One run of a pull + ack or drain case: publish the backlog (untimed), then drain it."""
+    backlog = case.backlog_messages
+    side.prepare(receive=True, backlog=backlog)
+    reports, usage = side.consume(case)
+    side.check_acked(backlog)
+    received, redelivered = sum(r.messages for r in reports), sum(r.redelivered for r in reports)
+    if received != backlog or redelivered:
+        raise BenchError(
+            f"consumers received {received} deliveries of {backlog} messages, "
+            f"{redelivered} redelivered"
+        )
+    drain = isinstance(case, DrainCase)
+    return [
+        *consume_figures(side.system, case.name, seconds=span_s(reports), messages=received,
+                         drain=drain),
+        *side.figures(case.name, usage, _cpu_s(reports), received),
+    ]  # fmt: skip
+
+
+def run_latency(side: Side, case: LatencyCase, samples: list[float] | None = None) -> list[Result]:
+    """One run of the latency case: publish at a fixed rate, measure publish -> receive;
+    ``samples``, if given, gets every message's latency in ms."""
+    side.prepare(receive=True)
+    reports, usage = side.latency(case)
+    received, sent = reports if reports[0].latencies_ms else reversed(reports)
+    total = case.total_messages
+    side.check_acked(total)
+    if received.redelivered:
+        raise BenchError(f"{received.redelivered} messages were redelivered")
+    if samples is not None:
+        samples.extend(received.latencies_ms)
+    rate = total / (sent.end_s - sent.start_s)
+    return [
+        *latency_figures(side.system, case.name, received.latencies_ms, achieved_rate=rate),
+        *side.figures(case.name, usage, _cpu_s(reports), total),
+    ]
+
+
 def run_cases(
     workload: Workload,
     *,
     system: str,
     server: Callable[[], contextlib.AbstractContextManager[Any]],
-    publish: Callable[..., list[Result]],
-    consume: Callable[..., list[Result]],
-    latency: Callable[..., list[Result]],
+    side: Callable[[Any, int], Side],
     progress: Callable[[str], None] | None = None,
     latency_samples: list[float] | None = None,
 ) -> list[Result]:
-    """Every case of the workload on one peer, ``workload.runs`` times each, each run on
+    """Every case of the workload on one system, ``workload.runs`` times each, each run on
     the server ``server()`` enters (a fresh one per run, or a shared one).
 
     ``latency_samples``, if given, gets every message's latency in ms of the first
     latency case (the one the report charts).
     """
-    ack_s = workload.ack_deadline_s
-    cases: list[tuple[str, Callable[[Any], list[Result]]]] = [
-        *((p.name, partial(publish, case=p)) for p in workload.publish),
-        *((c.name, partial(consume, case=c, ack_deadline_s=ack_s)) for c in workload.pull),
+    cases: list[tuple[str, Callable[[Side], list[Result]]]] = [
+        *((p.name, partial(run_publish, case=p)) for p in workload.publish),
+        *((c.name, partial(run_consume, case=c)) for c in workload.pull),
         *(
-            (c.name, partial(latency, case=c, ack_deadline_s=ack_s, samples=latency_samples))
-            for c in workload.latency[:1]
+            (c.name, partial(run_latency, case=c, samples=latency_samples if i == 0 else None))
+            for i, c in enumerate(workload.latency)
         ),
-        *(
-            (c.name, partial(latency, case=c, ack_deadline_s=ack_s, samples=None))
-            for c in workload.latency[1:]
-        ),
-        *((c.name, partial(consume, case=c, ack_deadline_s=ack_s)) for c in workload.drain),
+        *((c.name, partial(run_consume, case=c)) for c in workload.drain),
     ]
     results: list[Result] = []
     for name, run in cases:
@@ -350,7 +389,7 @@ def run_cases(
             if progress:
                 progress(f"{system}: {name} (run {i + 1}/{workload.runs})")
             with server() as running:
-                results.extend(run(running))
+                results.extend(run(side(running, workload.ack_deadline_s)))
     return merge_runs(results)
 
 

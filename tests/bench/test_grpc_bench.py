@@ -134,7 +134,7 @@ def test_loadgen_reports_its_errors(binary: Path, server: LakePubSubServer) -> N
 
 def test_lakepubsub_drain(binary: Path, server: LakePubSubServer) -> None:
     found = figures(
-        g.run_drain(g._PubSub(server, TINY.ack_deadline_s), binary, TINY),
+        g.run_drain(lps.Side(server, TINY.ack_deadline_s), binary, TINY),
         TINY.drain_case,
         lps.SYSTEM,
     )
@@ -149,7 +149,7 @@ def test_lakepubsub_publish(binary: Path, server: LakePubSubServer, single: bool
     case = TINY.single_case if single else TINY.publish_case
 
     found = figures(
-        g.run_publish(g._PubSub(server, TINY.ack_deadline_s), binary, TINY, single=single),
+        g.run_publish(lps.Side(server, TINY.ack_deadline_s), binary, TINY, single=single),
         case,
         lps.SYSTEM,
     )
@@ -167,7 +167,7 @@ def test_lakepubsub_latency(binary: Path, server: LakePubSubServer) -> None:
     samples: list[float] = []
 
     found = figures(
-        g.run_latency(g._PubSub(server, TINY.ack_deadline_s), binary, TINY, samples),
+        g.run_latency(lps.Side(server, TINY.ack_deadline_s), binary, TINY, samples),
         TINY.latency_case,
         lps.SYSTEM,
     )
@@ -179,7 +179,9 @@ def test_lakepubsub_latency(binary: Path, server: LakePubSubServer) -> None:
 
 def test_nats_cases(binary: Path, nats_server: NatsServer) -> None:
     drain = figures(
-        g.run_drain(g._Nats(nats_server, TINY.ack_deadline_s), binary, TINY),
+        g.run_drain(
+            peer_nats.Side(nats_server, TINY.ack_deadline_s, durable=g.PUSH_DURABLE), binary, TINY
+        ),
         TINY.drain_case,
         peer_nats.SYSTEM,
     )
@@ -191,7 +193,12 @@ def test_nats_cases(binary: Path, nats_server: NatsServer) -> None:
     )
 
     single = figures(
-        g.run_publish(g._Nats(nats_server, TINY.ack_deadline_s), binary, TINY, single=True),
+        g.run_publish(
+            peer_nats.Side(nats_server, TINY.ack_deadline_s, durable=g.PUSH_DURABLE),
+            binary,
+            TINY,
+            single=True,
+        ),
         TINY.single_case,
         peer_nats.SYSTEM,
     )
@@ -200,7 +207,12 @@ def test_nats_cases(binary: Path, nats_server: NatsServer) -> None:
 
     samples: list[float] = []
     latency = figures(
-        g.run_latency(g._Nats(nats_server, TINY.ack_deadline_s), binary, TINY, samples),
+        g.run_latency(
+            peer_nats.Side(nats_server, TINY.ack_deadline_s, durable=g.PUSH_DURABLE),
+            binary,
+            TINY,
+            samples,
+        ),
         TINY.latency_case,
         peer_nats.SYSTEM,
     )
@@ -217,7 +229,7 @@ def test_a_failed_case_is_reported_and_the_others_still_run(
     real = g.run_publish
 
     def broken(side: object, *args: object, **kwargs: object) -> list[w.Result]:
-        if isinstance(side, g._PubSub):
+        if isinstance(side, lps.Side):
             raise BenchError("injected: the publisher gave up")
         return real(side, *args, **kwargs)  # type: ignore[arg-type]
 

@@ -59,7 +59,7 @@ def test_publish_stores_every_message(
 ) -> None:
     case = w.PublishCase(batch_size=batch_size, clients=clients, messages_per_client=20)
 
-    results = lps.run_publish(server, case)
+    results = w.run_publish(lps.Side(server, w.quick().ack_deadline_s), case)
 
     metrics = by_metric(results, case.name)
     assert set(metrics) == {
@@ -80,7 +80,7 @@ def test_publish_stores_every_message(
 def test_pull_receives_and_acks_every_message(server: LakePubSubServer) -> None:
     case = w.PullCase(consumers=4, backlog_messages=2_000, max_messages_per_pull=500)
 
-    results = lps.run_consume(server, case, ACK_DEADLINE_S)
+    results = w.run_consume(lps.Side(server, ACK_DEADLINE_S), case)
 
     metrics = by_metric(results, case.name)
     assert set(metrics) == {w.THROUGHPUT, w.MESSAGES, *USAGE_METRICS, *STORAGE_METRICS}
@@ -90,7 +90,7 @@ def test_pull_receives_and_acks_every_message(server: LakePubSubServer) -> None:
 def test_drain_reports_its_time(server: LakePubSubServer) -> None:
     case = w.DrainCase(backlog_messages=1_500, consumers=1, max_messages_per_pull=1_000)
 
-    results = lps.run_consume(server, case, ACK_DEADLINE_S)
+    results = w.run_consume(lps.Side(server, ACK_DEADLINE_S), case)
 
     metrics = by_metric(results, case.name)
     assert set(metrics) == {
@@ -110,7 +110,7 @@ def test_latency_receives_every_message_and_hands_out_samples(
     case = w.LatencyCase(offered_rate_per_s=100, duration_s=0.5)
     samples: list[float] = []
 
-    results = lps.run_latency(server, case, ACK_DEADLINE_S, samples=samples)
+    results = w.run_latency(lps.Side(server, ACK_DEADLINE_S), case, samples)
 
     metrics = by_metric(results, case.name)
     assert set(metrics) == {
@@ -186,7 +186,7 @@ def test_on_s3_counts_storage_requests() -> None:
     every_cycle = {"LAKEPUBSUB_LEASE_FLUSH_MS": "0"}
     with LakePubSubServer(s3=True, env=every_cycle) as lakepubsub:
         assert lakepubsub.lake.startswith("s3://")
-        results = lps.run_consume(lakepubsub, case, ACK_DEADLINE_S)
+        results = w.run_consume(lps.Side(lakepubsub, ACK_DEADLINE_S), case)
 
     metrics = by_metric(results, case.name, system=lps.SYSTEM_S3)
     assert metrics[w.MESSAGES] == case.backlog_messages

@@ -57,7 +57,7 @@ def smallest_publish(*, clients: int) -> w.PublishCase:
 def test_publish_stores_every_message(server: NatsServer, clients: int) -> None:
     case = smallest_publish(clients=clients)
 
-    results = peer_nats.run_publish(server, case)
+    results = w.run_publish(peer_nats.Side(server, w.quick().ack_deadline_s), case)
 
     metrics = by_metric(results, case.name)
     assert set(metrics) == {
@@ -76,7 +76,7 @@ def test_pull_receives_and_acks_every_message(server: NatsServer) -> None:
     case = max(QUICK.pull, key=lambda c: c.consumers)
     assert case.consumers > 1
 
-    results = peer_nats.run_consume(server, case, QUICK.ack_deadline_s)
+    results = w.run_consume(peer_nats.Side(server, QUICK.ack_deadline_s), case)
 
     metrics = by_metric(results, case.name)
     assert set(metrics) == {w.THROUGHPUT, w.MESSAGES, *USAGE_METRICS}
@@ -87,7 +87,7 @@ def test_pull_receives_and_acks_every_message(server: NatsServer) -> None:
 def test_drain_reports_its_time(server: NatsServer) -> None:
     case = dataclasses.replace(QUICK.drain[0], backlog_messages=3_000)
 
-    results = peer_nats.run_consume(server, case, QUICK.ack_deadline_s)
+    results = w.run_consume(peer_nats.Side(server, QUICK.ack_deadline_s), case)
 
     metrics = by_metric(results, case.name)
     assert set(metrics) == {w.DRAIN_TIME, w.THROUGHPUT, w.MESSAGES, *USAGE_METRICS}
@@ -100,7 +100,7 @@ def test_drain_reports_its_time(server: NatsServer) -> None:
 def test_latency_receives_every_message(server: NatsServer) -> None:
     case = QUICK.latency[0]
 
-    results = peer_nats.run_latency(server, case, QUICK.ack_deadline_s)
+    results = w.run_latency(peer_nats.Side(server, QUICK.ack_deadline_s), case)
 
     metrics = by_metric(results, case.name)
     assert set(metrics) == {
