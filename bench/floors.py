@@ -193,73 +193,49 @@ def grpc_case(publishers: int) -> str:
     return f"grpc publish single publishers={publishers}"
 
 
-def rest_floor(clients: int, n: int) -> list[w.Result]:
-    per_client = n // clients
-    with empty_rest_server() as (pid, port):
-        jobs = [
-            lps._PublishJob(
-                url=f"http://127.0.0.1:{port}",
-                topic=TOPIC,
-                batch_size=1,
-                messages=per_client,
-                first_index=k * per_client,
-            )
-            for k in range(clients)
-        ]
-        reports, usage = run_clients(jobs, server_pid=pid, preload=lps.__name__)
-    latencies = [ms for r in reports for ms in r.latencies_ms]
-    total = per_client * clients
-    return _figures(FLOOR, rest_case(clients), span_s(reports), latencies, total,
-                    usage.cpu_s, sum(r.cpu_s for r in reports))  # fmt: skip
-
-
-def rest_nats(clients: int, n: int) -> list[w.Result]:
-    per_client = n // clients
+def rest_pair(clients: int, n: int) -> list[w.Result]:
+    """JetStream through nats-py, then the empty REST server through the REST clients."""
+    per_client, found = n // clients, []
     with NatsServer() as server:
         asyncio.run(peer_nats.create_stream(server.url))
-        reports, usage = peer_nats._publish(server, batch_size=1, per_client=[per_client] * clients)
-    latencies = [ms for r in reports for ms in r.latencies_ms]
-    total = per_client * clients
-    return _figures(peer_nats.SYSTEM, rest_case(clients), span_s(reports), latencies,
-                    total, usage.cpu_s, sum(r.cpu_s for r in reports))  # fmt: skip
-
-
-def grpc_floor(binary: Path, publishers: int, n: int, directory: Path) -> list[w.Result]:
-    with empty_grpc_server(directory) as (pid, port):
-        report, usage = grpc_bench.run_loadgen(
-            binary,
-            ["-system", "pubsub", "-mode", "publish", "-topic", TOPIC,
-             "-publishers", str(publishers), "-messages", str(n), "-single"],
-            server_pid=pid,
-            env={"PUBSUB_EMULATOR_HOST": f"127.0.0.1:{port}"},
-        )  # fmt: skip
-    _check_published(report.doc, n)
-    return _figures(FLOOR, grpc_case(publishers), report.elapsed_s, report.latencies_ms, n,
-                    usage.cpu_s, report.cpu_s)  # fmt: skip
-
-
-def _check_published(report: dict[str, Any], n: int) -> None:
-    if report["published"] != n:
-        raise BenchError(f"{report['published']} of {n} publishes confirmed")
+        found.append((peer_nats.SYSTEM, *peer_nats._publish(server, 1, [per_client] * clients)))
+    with empty_rest_server() as (pid, port):
+        url = f"http://127.0.0.1:{port}"
+        jobs = [lps._PublishJob(url, TOPIC, 1, per_client, k * per_client) for k in range(clients)]
+        found.append((FLOOR, *run_clients(jobs, server_pid=pid, preload=lps.__name__)))
+    return [
+        figure
+        for system, reports, usage in found
+        for figure in _figures(system, rest_case(clients), span_s(reports),
+                               [ms for r in reports for ms in r.latencies_ms], per_client * clients,
+                               usage.cpu_s, sum(r.cpu_s for r in reports))
+    ]  # fmt: skip
 
 
 def grpc_pair(binary: Path, publishers: int, n: int, directory: Path) -> list[w.Result]:
-    return grpc_nats(binary, publishers, n) + grpc_floor(binary, publishers, n, directory)
-
-
-def grpc_nats(binary: Path, publishers: int, n: int) -> list[w.Result]:
+    """JetStream, then the empty gRPC server, each through ``bench/loadgen``."""
+    publish = ["-mode", "publish", "-publishers", str(publishers), "-messages", str(n), "-single"]
+    found = []
     with NatsServer() as server:
         asyncio.run(peer_nats.create_stream(server.url))
-        report, usage = grpc_bench.run_loadgen(
-            binary,
-            ["-system", "nats", "-mode", "publish", "-nats-url", server.url,
-             "-subject", peer_nats.SUBJECT, "-publishers", str(publishers),
-             "-messages", str(n), "-single"],
-            server_pid=server.pid,
-        )  # fmt: skip
-    _check_published(report.doc, n)
-    return _figures(peer_nats.SYSTEM, grpc_case(publishers), report.elapsed_s,
-                    report.latencies_ms, n, usage.cpu_s, report.cpu_s)  # fmt: skip
+        nats = ["-system", "nats", "-nats-url", server.url, "-subject", peer_nats.SUBJECT]
+        found.append(
+            (
+                peer_nats.SYSTEM,
+                grpc_bench.run_loadgen(binary, nats + publish, server_pid=server.pid),
+            )
+        )
+    with empty_grpc_server(directory) as (pid, port):
+        env = {"PUBSUB_EMULATOR_HOST": f"127.0.0.1:{port}"}
+        args = ["-system", "pubsub", "-topic", TOPIC, *publish]
+        found.append((FLOOR, grpc_bench.run_loadgen(binary, args, server_pid=pid, env=env)))
+    results = []
+    for system, (ran, usage) in found:
+        if ran["published"] != n:
+            raise BenchError(f"{ran['published']} of {n} publishes confirmed")
+        results += _figures(system, grpc_case(publishers), ran.elapsed_s, ran.latencies_ms,
+                            n, usage.cpu_s, ran.cpu_s)  # fmt: skip
+    return results
 
 
 # --- the in-process floors ------------------------------------------------------------
@@ -371,14 +347,8 @@ def run(sizes: Sizes, progress: Callable[[str], None] = print) -> list[w.Result]
     raw: list[w.Result] = []
     directory = scratch.directory("bench-floors-")
     steps: list[tuple[str, Callable[[], list[w.Result]]]] = [
-        (
-            "rest, 1 client",
-            lambda: rest_nats(1, sizes.rest_single) + rest_floor(1, sizes.rest_single),
-        ),
-        (
-            "rest, 8 clients",
-            lambda: rest_nats(8, sizes.rest_eight) + rest_floor(8, sizes.rest_eight),
-        ),
+        ("rest, 1 client", lambda: rest_pair(1, sizes.rest_single)),
+        ("rest, 8 clients", lambda: rest_pair(8, sizes.rest_eight)),
         ("grpc, 1 publisher", lambda: grpc_pair(binary, 1, sizes.grpc_single, directory)),
         ("grpc, 8 publishers", lambda: grpc_pair(binary, 8, sizes.grpc_eight, directory)),
         ("in process", lambda: _in_process(sizes.commits)),
