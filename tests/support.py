@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from dataclasses import dataclass
 
 import httpx
 
+from bench.harness.lakepubsub_server import LakePubSubServer
 from bench.harness.moto_server import MotoServer  # noqa: F401 (the type of the moto_server fixture)
-from bench.harness.ports import free_port, wait_for_port
-from lakepubsub import Settings, constants
+from bench.harness.ports import free_port, wait_for_port  # noqa: F401 (for the tests)
+from lakepubsub import Settings
 
 
 class Clock:
@@ -56,6 +56,7 @@ class Server:
     url: str
     lake: LakeSpec
     process: subprocess.Popen[bytes]
+    launcher: LakePubSubServer
 
     def client(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=30)
@@ -65,42 +66,20 @@ def start_server(
     lake: LakeSpec, *, extra_env: dict[str, str] | None = None, app: str = "api.app:create_app"
 ) -> Server:
     """A uvicorn process serving the factory ``app`` on ``lake``: ``module:function``,
-    importable from the repository root, or ``path/to/dir/module:function``."""
-    where, _, spec = app.rpartition("/")
-    app_dir = ["--app-dir", where] if where else []
-    env = {
-        **lake.env(),
-        "LAKEPUBSUB_PULL_WAIT_S": "2",
-        **(extra_env or {}),
-    }
-    # A port checked free may still be taken before the child binds it (another test
-    # run on the machine): a server that exits before listening gets a new port.
-    for attempt in range(3):
-        port = free_port()
-        process = subprocess.Popen(
-            [
-                sys.executable, "-m", "uvicorn", spec, "--factory", *app_dir,
-                "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
-                "--timeout-keep-alive", str(constants.KEEP_ALIVE_S),  # as lakepubsub serve
-            ],
-            env=env,
-        )  # fmt: skip
-        try:
-            wait_for_port(port, process=process)
-        except RuntimeError:
-            if attempt == 2:
-                raise
-            continue
-        except TimeoutError:
-            process.kill()
-            raise
-        return Server(f"http://127.0.0.1:{port}", lake, process)
-    raise AssertionError("unreachable")
+    importable from the repository root, or ``path/to/dir/module:function``. Started by
+    the harness's launcher (bench/harness/lakepubsub_server.py); the test's own
+    ``LAKEPUBSUB_*`` settings reach it, under ``extra_env``."""
+    inherited = {k: v for k, v in os.environ.items() if k.startswith("LAKEPUBSUB_")}
+    launcher = LakePubSubServer(
+        lake=lake.uri,
+        storage_options=lake.storage_options,
+        pull_wait_s=2.0,
+        app=app,
+        env={**inherited, "LAKEPUBSUB_PULL_WAIT_S": "2", **(extra_env or {})},
+    ).__enter__()
+    assert launcher.process is not None
+    return Server(launcher.url, lake, launcher.process, launcher)
 
 
 def stop_server(server: Server) -> None:
-    server.process.terminate()
-    try:
-        server.process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        server.process.kill()
+    server.launcher.__exit__()
