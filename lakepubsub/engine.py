@@ -76,7 +76,7 @@ class Engine:
         # settings ask for it, or when the lake has one (its rows must stay
         # visible; a lake keeps its intake once it has one).
         self.intake: Intake | None = None
-        if self.settings.uses_intake() or self.lake.exists(self.lake.uri("intake")):
+        if self.settings.uses_intake() or self.lake.exists(self.lake.intake_uri()):
             self.intake = Intake(
                 self.lake,
                 self.settings,

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from lakepubsub import constants
 
 DEFAULT_LAKE = "./.lake"
+S3_TIERS = ("standard", "express")
 
 # Environment variables handed to delta-rs (object_store) and boto3 when the lake is on S3.
 _AWS_VARIABLES = (
@@ -21,6 +22,8 @@ _AWS_VARIABLES = (
     "AWS_DEFAULT_REGION",
     "AWS_ALLOW_HTTP",
     "AWS_PROFILE",
+    # delta-rs's switch for S3 Express One Zone directory buckets (session auth).
+    "AWS_S3_EXPRESS",
 )
 
 
@@ -48,6 +51,10 @@ class Settings:
     # The flush window: a topic's publishes and a subscription's lease changes
     # commit at most once per window. None: by storage kind (constants.*_FLUSH_MS).
     flush_ms: float | None = None
+    # The S3 storage class of the lake's bucket, which sets the defaults above:
+    # "standard" or "express" (S3 Express One Zone). None: "express" for a
+    # directory bucket (its name ends in --x-s3), else "standard".
+    s3_tier: str | None = None
     # A subscription that is not exactly-once writes deliveries, acks and deadline
     # changes at most this often (a crash redelivers what changed since). None: by
     # storage kind (constants.*_LEASE_FLUSH_MS).
@@ -55,6 +62,11 @@ class Settings:
     # Publishes of every topic this process commits go through the intake table,
     # one commit per flush window (docs/architecture.md, "intake"). None: on S3.
     intake: bool | None = None
+    # Where the intake table lives, when not under the lake root: another
+    # s3://bucket/prefix, such as an S3 Express One Zone directory bucket, so the
+    # commit a publish waits for is fast while the history stays on Standard.
+    # Recorded in the lake on first use (Lake.intake_uri); None: the lake root.
+    intake_lake: str | None = None
     # Intake rows of a topic move to its messages table once the oldest is this
     # old (or they reach constants.INTAKE_MOVE_BYTES). None: by storage kind.
     intake_move_s: float | None = None
@@ -95,12 +107,14 @@ class Settings:
                 else None
             ),
             flush_ms=float(env["LAKEPUBSUB_FLUSH_MS"]) if env.get("LAKEPUBSUB_FLUSH_MS") else None,
+            s3_tier=env.get("LAKEPUBSUB_S3_TIER") or None,
             lease_flush_ms=(
                 float(env["LAKEPUBSUB_LEASE_FLUSH_MS"])
                 if env.get("LAKEPUBSUB_LEASE_FLUSH_MS")
                 else None
             ),
             intake=_flag(env["LAKEPUBSUB_INTAKE"]) if env.get("LAKEPUBSUB_INTAKE") else None,
+            intake_lake=env.get("LAKEPUBSUB_INTAKE_LAKE") or None,
             intake_move_s=(
                 float(env["LAKEPUBSUB_INTAKE_MOVE_S"])
                 if env.get("LAKEPUBSUB_INTAKE_MOVE_S")
@@ -118,9 +132,33 @@ class Settings:
         )
         return replace(settings, **overrides)  # type: ignore[arg-type]
 
+    def __post_init__(self) -> None:
+        if self.s3_tier not in (None, *S3_TIERS):
+            raise ValueError(
+                f"LAKEPUBSUB_S3_TIER must be one of {', '.join(S3_TIERS)}, got {self.s3_tier!r}"
+            )
+        if (
+            self.intake_lake is not None
+            and self.intake_lake.startswith(("s3://", "s3a://")) != self.on_s3
+        ):
+            raise ValueError(
+                "LAKEPUBSUB_INTAKE_LAKE must be on the same kind of storage as the lake "
+                f"({self.intake_lake!r} for {self.lake!r})"
+            )
+
     @property
     def on_s3(self) -> bool:
         return self.lake.startswith(("s3://", "s3a://"))
+
+    def on_s3_express(self, uri: str | None = None) -> bool:
+        """Whether ``uri`` (default: the lake) is on S3 Express One Zone: a directory
+        bucket's name, or, for the lake's own bucket, ``s3_tier``."""
+        where = self.lake if uri is None else uri
+        if not where.startswith(("s3://", "s3a://")):
+            return False
+        if self.s3_tier is not None and _bucket(where) == _bucket(self.lake):
+            return self.s3_tier == "express"
+        return _bucket(where).endswith(constants.S3_EXPRESS_BUCKET_SUFFIX)
 
     def change_check(self, peered: bool = True) -> float:
         """Seconds between looks for commits this process was not told of. Rare only
@@ -139,11 +177,17 @@ class Settings:
             return self.change_check()
         return constants.CATALOG_MAX_STALENESS_S
 
-    def flush_s(self) -> float:
-        """The flush window in seconds (0: commit as soon as the last commit is done)."""
+    def flush_s(self, uri: str | None = None) -> float:
+        """The flush window in seconds for commits to ``uri``'s storage (default: the
+        lake's; 0: commit as soon as the last commit is done)."""
         ms = self.flush_ms
         if ms is None:
-            ms = constants.S3_FLUSH_MS if self.on_s3 else constants.LOCAL_FLUSH_MS
+            if self.on_s3_express(uri):
+                ms = constants.S3_EXPRESS_FLUSH_MS
+            elif (self.lake if uri is None else uri).startswith(("s3://", "s3a://")):
+                ms = constants.S3_FLUSH_MS
+            else:
+                ms = constants.LOCAL_FLUSH_MS
         return ms / 1000
 
     def lease_flush_s(self, peered: bool = True) -> float:
@@ -167,6 +211,10 @@ class Settings:
         if self.intake_move_s is not None:
             return self.intake_move_s
         return constants.S3_INTAKE_MOVE_S if self.on_s3 else constants.LOCAL_INTAKE_MOVE_S
+
+
+def _bucket(uri: str) -> str:
+    return uri.split("://", 1)[1].split("/", 1)[0]
 
 
 def _flag(value: str) -> bool:

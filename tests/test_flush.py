@@ -7,6 +7,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 from prometheus_client import REGISTRY
 from support import LakeSpec
 
@@ -72,3 +73,25 @@ def test_publishes_and_acks_commit_once_per_window(local_lake: LakeSpec) -> None
     assert published > 2 * messages
     assert messages <= windows + 2
     assert leases <= windows + 2
+
+
+def test_the_flush_window_default_follows_the_storage_kind() -> None:
+    """Local: none; S3 Standard: 250 ms; S3 Express One Zone (a directory bucket,
+    or the lake's tier set by name): 50 ms, also for an intake kept in a directory
+    bucket apart from a Standard lake; an explicit window wins; a wrong tier is refused."""
+    assert Settings(lake="/tmp/x").flush_s() == 0
+    assert Settings(lake="s3://bucket/lake").flush_s() == 0.25
+    assert Settings(lake="s3://lake--use1-az4--x-s3/prefix").flush_s() == 0.05
+    assert Settings(lake="s3://bucket/lake", s3_tier="express").flush_s() == 0.05
+    assert Settings(lake="s3://lake--use1-az4--x-s3", s3_tier="standard").flush_s() == 0.25
+    assert Settings(lake="/tmp/x", s3_tier="express").flush_s() == 0
+    hot = "s3://hot--use1-az4--x-s3/lake/intake"
+    assert Settings(lake="s3://bucket/lake").flush_s(hot) == 0.05
+    assert Settings(lake="s3://bucket/lake", s3_tier="express").flush_s("s3://other/i") == 0.25
+    with pytest.raises(ValueError, match="same kind of storage"):
+        Settings(lake="/tmp/x", intake_lake="s3://hot/lake")
+    env = {"LAKEPUBSUB_LAKE": "s3://b/l", "LAKEPUBSUB_S3_TIER": "express"}
+    assert Settings.from_env(env).flush_s() == 0.05
+    assert Settings.from_env({**env, "LAKEPUBSUB_FLUSH_MS": "100"}).flush_s() == 0.1
+    with pytest.raises(ValueError, match="LAKEPUBSUB_S3_TIER"):
+        Settings.from_env({**env, "LAKEPUBSUB_S3_TIER": "glacier"})

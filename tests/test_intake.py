@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import REGISTRY
 from support import LakeSpec, MotoServer
 
-from lakepubsub import Engine, constants
+from lakepubsub import Engine, constants, errors
 from lakepubsub._lake import Lake
 from lakepubsub.messages import PublishMessage
 from lakepubsub.publish.intake import RANGES_TAG, _ranges
@@ -32,7 +32,7 @@ def _names(i: int) -> tuple[TopicName, SubscriptionName]:
 
 
 def _intake_version(engine: Engine) -> int:
-    return engine.lake.open(engine.lake.uri("intake")).version()
+    return engine.lake.open(engine.lake.intake_uri()).version()
 
 
 def _drain(engine: Engine, sub: SubscriptionName, want: int) -> list[tuple[str, bytes]]:
@@ -165,7 +165,7 @@ def test_moved_files_leave_the_intake(lake: LakeSpec, monkeypatch: pytest.Monkey
         engine.create_topic(Topic(topic))
         for n in range(5):
             engine.publish(topic, [PublishMessage(f"m{n}".encode())])
-        intake = Lake(settings).open(engine.lake.uri("intake"))
+        intake = Lake(settings).open(engine.lake.intake_uri())
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             intake.update_incremental()
@@ -231,3 +231,32 @@ def test_a_files_rows_give_the_ranges_its_tag_gives(local_lake: LakeSpec) -> Non
         assert live
         for path, f in live.items():
             assert intake._ranges_of(path) == _ranges(f.tags[RANGES_TAG])
+
+
+def test_the_intake_may_live_elsewhere_and_every_process_finds_it(lake: LakeSpec) -> None:
+    """LAKEPUBSUB_INTAKE_LAKE puts the intake under another root (on S3, another
+    bucket such as an Express One Zone one). The lake records the place, so a
+    process without the setting finds it; one set to a third place is refused, and
+    so is moving an intake that already exists."""
+    elsewhere = f"{lake.uri}-hot"
+    settings = lake.settings(intake=True, intake_lake=elsewhere, intake_move_s=3600.0)
+    topic, sub = _names(0)
+    with Engine(settings) as engine:
+        assert engine.lake.intake_uri() == f"{elsewhere}/intake"
+        engine.create_topic(Topic(topic))
+        engine.create_subscription(Subscription(sub, topic))
+        ids = engine.publish(topic, [PublishMessage(b"hot")])
+        assert engine.lake.open(f"{elsewhere}/intake").version() > 0
+        assert not engine.lake.exists(engine.lake.uri("intake"))
+    plain = lake.settings(intake=True, intake_move_s=3600.0)
+    with Engine(plain) as engine:  # no setting: the lake says where its intake is
+        assert engine.lake.intake_uri() == f"{elsewhere}/intake"
+        assert _drain(engine, sub, 1) == [(ids[0], b"hot")]
+    with pytest.raises(errors.FailedPrecondition, match="intake is at"):
+        Engine(lake.settings(intake=True, intake_lake=f"{lake.uri}-other")).close()
+    root_only = LakeSpec(f"{lake.uri}-second", lake.storage_options)
+    with Engine(root_only.settings(intake=True)) as engine:
+        engine.create_topic(Topic(topic))
+        engine.publish(topic, [PublishMessage(b"root")])
+    with pytest.raises(errors.FailedPrecondition, match="cannot move"):
+        Engine(root_only.settings(intake=True, intake_lake=elsewhere)).close()

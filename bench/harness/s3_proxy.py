@@ -5,14 +5,16 @@
 It sits between lakepubsub (delta-rs, boto3) and a moto S3 server, forwards
 every request unchanged (the ``Host`` header too, so signatures still match)
 and answers no sooner than a first-byte delay drawn for the request's billing
-class from the chosen profile. The delay is the request's whole time to the
-first byte, as S3's published figures are: the time moto and the proxy take
-counts toward it (a drawn 50 ms PUT that moto answers in 8 ms is held 42 ms
-more), so the profile is not inflated by the emulator's own work. It counts each request by kind (``put``,
-``post``, ``list``, ``get``, ``head``, ``delete``) and by key pattern (the key
-with ids and numbers replaced by ``*``), so a cost can be traced to the code
-that makes it. ``GET /_proxy/counts`` returns the counts as JSON and
-``POST /_proxy/reset`` zeroes them (S3 bucket names cannot start with ``_``).
+class from the chosen profile (a directory bucket, ``...--x-s3``, gets the
+Express profile whatever the chosen one). The delay is the request's whole time
+to the first byte, as S3's published figures are: the time moto and the proxy
+take counts toward it (a drawn 50 ms PUT that moto answers in 8 ms is held 42 ms
+more), so the profile is not inflated by the emulator's own work. It counts
+each request by kind (``put``, ``post``, ``list``, ``get``, ``head``,
+``delete``) and by key pattern (the key with ids and numbers replaced by
+``*``), so a cost can be traced to the code that makes it. ``GET
+/_proxy/counts`` returns the counts as JSON and ``POST /_proxy/reset`` zeroes
+them (S3 bucket names cannot start with ``_``).
 
 Written here because no maintained tool does both: moto can be slowed and
 counted only by patching its responses, and its request log has neither the
@@ -72,6 +74,19 @@ PROFILES = {
     "standard": Profile("standard", 50.0, 20.0),
     "express": Profile("express", 5.0, 5.0),
 }
+
+
+# S3 Express One Zone directory buckets are named <base>--<zone id>--x-s3.
+EXPRESS_BUCKET_SUFFIX = "--x-s3"
+
+
+def profile_of(profile: Profile, path: str) -> Profile:
+    """A directory bucket answers at Express One Zone's latency whatever the
+    profile of the others (a lake on Standard may keep its intake on Express)."""
+    bucket = path.strip("/").partition("/")[0]
+    if profile.name != "zero" and bucket.endswith(EXPRESS_BUCKET_SUFFIX):
+        return PROFILES["express"]
+    return profile
 
 
 def request_kind(method: str, path: str, query: str) -> str:
@@ -138,7 +153,7 @@ def create_app(upstream: str, profile: Profile):  # type: ignore[no-untyped-def]
         kind = request_kind(request.method, path, query)
         counts.add(kind, key_pattern(path, query))
         arrived = time.monotonic()
-        delay = profile.delay_s(kind)
+        delay = profile_of(profile, path).delay_s(kind)
         body = await request.body()
         headers = [(k, v) for k, v in request.headers.items() if k not in _HOP_BY_HOP]
         headers.append(("host", request.headers.get("host", "")))

@@ -23,6 +23,9 @@ from lakepubsub.settings import Settings
 
 log = logging.getLogger(__name__)
 
+# Names the intake table's place when it is not under the lake root (Lake.intake_uri).
+INTAKE_POINTER = "intake-location"
+
 
 # delta-rs lists a local _delta_log and refuses a listing with a gap in the
 # version numbers. A directory listing may miss a file created while it runs
@@ -100,6 +103,7 @@ class Lake:
         else:
             raise errors.InvalidArgument(f"unsupported lake URI {settings.lake!r}")
         self.objects = Objects(self.is_s3, self.s3_client, constants.WRITTEN_CACHE_BYTES)
+        self._intake_uri: str | None = None
 
     # -- locations -----------------------------------------------------------------
 
@@ -116,6 +120,38 @@ class Lake:
 
     def messages_uri(self, topic_uid: str) -> str:
         return self.uri("topics", topic_uid, "messages")
+
+    def intake_uri(self) -> str:
+        """Where the lake's intake table lives: ``{root}/intake``, or under
+        ``LAKEPUBSUB_INTAKE_LAKE``. Every process and job must agree, so the place
+        is recorded in the lake (``{root}/intake-location``) by the first process
+        that sets it, and read from there by the others (one GET, then cached);
+        a process set to another place is refused."""
+        if self._intake_uri is None:
+            self._intake_uri = self._find_intake()
+        return self._intake_uri
+
+    def _find_intake(self) -> str:
+        pointer = self.uri(INTAKE_POINTER)
+        wanted = self.settings.intake_lake
+        target = f"{wanted.rstrip('/')}/intake" if wanted else None
+        with storage_errors(pointer):
+            recorded = self.objects.read(pointer)
+            if recorded is None and target is not None and target != self.uri("intake"):
+                if self.exists(self.uri("intake")):  # its rows would be lost from view
+                    raise errors.FailedPrecondition(
+                        f"this lake's intake is at {self.uri('intake')}; it cannot move to "
+                        f"{target} (LAKEPUBSUB_INTAKE_LAKE)"
+                    )
+                if self.objects.put_if_absent(pointer, target.encode()):
+                    return target
+                recorded = self.objects.read(pointer)
+        found = recorded.decode() if recorded is not None else self.uri("intake")
+        if target is not None and found != target:
+            raise errors.FailedPrecondition(
+                f"this lake's intake is at {found}, not {target} (LAKEPUBSUB_INTAKE_LAKE)"
+            )
+        return found
 
     def leases_uri(self, subscription_uid: str) -> str:
         return self.uri("subscriptions", subscription_uid, "leases")

@@ -101,7 +101,7 @@ class Intake:
         peered: Callable[[], bool] = lambda: False,
         mover: bool = True,
     ) -> None:
-        self.uri = lake.uri("intake")
+        self.uri = lake.intake_uri()
         self._mover = mover
         self._peered = peered
         self._lake = lake
@@ -267,7 +267,7 @@ class Intake:
         return found
 
     def _run(self) -> None:
-        flush_s = self._settings.flush_s()
+        flush_s = self._settings.flush_s(self.uri)
         while True:
             with self._cond:
                 while not self._queue and not self._closed:

@@ -279,7 +279,7 @@ def test_the_intake_table(
         topics = [engine.create_topic(Topic(TopicName(PROJECT, f"hot-{i}"))) for i in range(3)]
         for topic in topics:
             publish(engine, topic.name, batches=3)
-        uri = engine.lake.uri("intake")
+        uri = engine.lake.intake_uri()
         assert assert_same_rows(spark, uri, storage) == 45
         intake = engine.intake
         assert intake is not None
