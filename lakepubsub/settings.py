@@ -201,6 +201,11 @@ class Settings:
             ms = constants.S3_LEASE_FLUSH_MS if s3 else constants.LOCAL_LEASE_FLUSH_MS
         return ms / 1000
 
+    def lease_commit_spacing_s(self, peered: bool = True) -> float:
+        """How far apart a process's deferred lease commits are, over all its
+        subscriptions (0: not spaced, when nothing is deferred)."""
+        return self.lease_flush_s(peered) / constants.LEASE_COMMITS_PER_WINDOW
+
     def uses_intake(self) -> bool:
         """Whether publishes commit through the intake table (None: on S3, where a
         commit costs requests; a local commit costs about a millisecond)."""

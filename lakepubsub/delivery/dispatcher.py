@@ -30,6 +30,7 @@ from lakepubsub.constants import (
     US_PER_S,
 )
 from lakepubsub.delivery.ackids import AckId
+from lakepubsub.delivery.lease_slots import PROCESS_LEASE_SLOTS, LeaseSlots
 from lakepubsub.delivery.lease_table import LeaseTable
 from lakepubsub.delivery.leases import LEASE_SLACK_US, RELEASE, LeaseState, Planner
 from lakepubsub.delivery.planning import (
@@ -73,6 +74,7 @@ class Dispatcher:
         on_exit: Callable[[Dispatcher], None],
         dead_letter: DeadLetterSink,
         peered: Callable[[], bool] = lambda: False,
+        lease_slots: LeaseSlots = PROCESS_LEASE_SLOTS,
     ) -> None:
         self.subscription = subscription
         self._peered = peered
@@ -81,6 +83,9 @@ class Dispatcher:
         self._lookup = lookup
         self._on_exit = on_exit
         self._claimer = Claimer(dead_letter)
+        self._slots = lease_slots
+        # The slot taken for the deferred changes pending since the first time.
+        self._lease_slot: tuple[float, float] | None = None
         self._contended_until = 0.0
         self._backlog_due = 0.0
         self._cond = threading.Condition()
@@ -422,13 +427,23 @@ class Dispatcher:
             or table.pending >= MAX_DEFERRED_LEASE_CHANGES
         ):
             return True
-        since = table.pending_since
-        return since is not None and time.monotonic() - since >= flush_s
+        return time.monotonic() >= self._flush_at()
 
     def _flush_at(self) -> float:
-        """When deferred lease changes must be committed (time.monotonic())."""
+        """When deferred lease changes are committed (time.monotonic()): once they
+        are a lease flush window old, at the process's next free slot (LeaseSlots)."""
         since = self._leases.pending_since if self._leases is not None else None
-        return math.inf if since is None else since + self._settings.lease_flush_s(self._peered())
+        if since is None:
+            self._lease_slot = None
+            return math.inf
+        if self._lease_slot is not None and self._lease_slot[0] == since:
+            return self._lease_slot[1]
+        due = since + self._settings.lease_flush_s(self._peered())
+        spacing_s = self._settings.lease_commit_spacing_s(self._peered())
+        if spacing_s <= 0 or time.monotonic() < due:
+            return due
+        self._lease_slot = (since, self._slots.reserve(spacing_s))
+        return self._lease_slot[1]
 
     def _flush_deferred(self) -> None:
         """Commit what waits in memory before the dispatcher goes (a clean stop)."""
