@@ -62,7 +62,8 @@ class Reading:
 
 
 class Meter:
-    """Counts the S3 requests of the boto3 clients it watches. Thread-safe."""
+    """Counts the S3 requests of the boto3 clients it watches, and those the lake's
+    object layer reports (``count``). Thread-safe."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -77,6 +78,11 @@ class Meter:
     def _sent(self, request: Any, event_name: str, **_: Any) -> None:
         # Returning None lets botocore send the request.
         kind = kind_of(request.method, event_name.rpartition(".")[2])
+        with self._lock:
+            self._counts[kind] = self._counts.get(kind, 0) + 1
+
+    def count(self, kind: str) -> None:
+        """Count one request sent by other means than a watched client (obstore)."""
         with self._lock:
             self._counts[kind] = self._counts.get(kind, 0) + 1
 

@@ -5,6 +5,15 @@ local path or ``s3://bucket/key``. ``put_if_absent`` is the atomic primitive of
 a Delta commit, the same one delta-rs uses: a hard link of a fully written
 temporary file on a local filesystem (``link`` fails if the name exists), a
 ``PUT`` with ``If-None-Match: *`` on S3.
+
+On S3 these requests go through obstore (Python bindings to the Rust
+object_store crate that delta-rs itself uses, so the same credentials and
+options reach the same buckets): a PUT costs about 0.6 ms of this process's CPU
+there against about 3 ms through boto3, and it holds the interpreter lock for
+none of its wait, which is what a commit a publish waits for needs (measured on
+moto: p50/p99 4.1/13.6 ms against 11.2/114 ms with the machine busy). Listings
+and bulk deletes stay on boto3 (``Lake``). Each request is counted by the
+process's S3 meter (``meter.METER``), as boto3's are.
 """
 
 from __future__ import annotations
@@ -14,14 +23,18 @@ import os
 import threading
 import uuid
 from collections import OrderedDict
-from typing import Any
+from collections.abc import Mapping
 
+import obstore
 import pyarrow as pa
-from botocore.exceptions import ClientError
+from obstore.exceptions import AlreadyExistsError, PreconditionError
+from obstore.store import S3Store
 
-_S3_MISSING = ("404", "NoSuchKey", "NotFound")
-# 412: the key exists; 409: a concurrent conditional PUT of the same key is in flight.
-_S3_TAKEN = ("412", "PreconditionFailed", "409", "ConditionalRequestConflict")
+from lakepubsub._lake.meter import METER
+
+# 412 (the key exists) and 409 (a concurrent conditional PUT of the same key is
+# in flight): the name is taken, or may be; the caller looks at what is there.
+_S3_TAKEN = (AlreadyExistsError, PreconditionError)
 
 
 class Written:
@@ -68,11 +81,27 @@ class Written:
 class Objects:
     """Reads and writes whole objects; local paths or ``s3://`` URIs."""
 
-    def __init__(self, is_s3: bool, s3_client: Any, written_bytes: int = 0) -> None:
+    def __init__(
+        self, is_s3: bool, storage_options: Mapping[str, str] | None, written_bytes: int = 0
+    ) -> None:
         self.is_s3 = is_s3
-        self._client = s3_client  # a callable returning the lake's boto3 client
+        # object_store's keys, as delta-rs is given them (AWS_ENDPOINT_URL, ...).
+        self._config = {k.lower(): v for k, v in (storage_options or {}).items()}
+        self._config.setdefault("aws_region", "us-east-1")
+        self._stores: dict[str, S3Store] = {}
+        self._stores_lock = threading.Lock()
         # Only on S3: a local read of a file just written comes from the page cache.
         self.written = Written(written_bytes if is_s3 else 0)
+
+    def _store(self, uri: str) -> tuple[S3Store, str]:
+        """The bucket's store (one per bucket: the intake may live in another) and the key."""
+        bucket, _, key = uri.removeprefix("s3://").removeprefix("s3a://").partition("/")
+        store = self._stores.get(bucket)
+        if store is None:
+            with self._stores_lock:
+                store = self._stores.get(bucket) or S3Store(bucket, config=self._config)  # type: ignore[arg-type]
+                self._stores[bucket] = store
+        return store, key
 
     def read(self, uri: str) -> bytes | None:
         """The object's bytes, or None if there is none."""
@@ -85,32 +114,30 @@ class Objects:
                     return f.read()
             except FileNotFoundError:
                 return None
-        bucket, key = _split(uri)
+        store, key = self._store(uri)
+        METER.count("get")
         try:
-            response = self._client().get_object(Bucket=bucket, Key=key)
-        except ClientError as exc:
-            if _code(exc) in _S3_MISSING:
-                return None
-            raise
-        return bytes(response["Body"].read())
+            return bytes(obstore.get(store, key).bytes())
+        except FileNotFoundError:
+            return None
 
     def exists(self, uri: str) -> bool:
         if not self.is_s3:
             return os.path.exists(uri)
-        bucket, key = _split(uri)
+        store, key = self._store(uri)
+        METER.count("head")
         try:
-            self._client().head_object(Bucket=bucket, Key=key)
-        except ClientError as exc:
-            if _code(exc) in _S3_MISSING:
-                return False
-            raise
+            obstore.head(store, key)
+        except FileNotFoundError:
+            return False
         return True
 
     def put(self, uri: str, data: bytes | pa.Buffer) -> None:
         """Write ``data`` at ``uri`` (a fresh name: data files are never overwritten)."""
         if self.is_s3:
-            bucket, key = _split(uri)
-            self._client().put_object(Bucket=bucket, Key=key, Body=bytes(data))
+            store, key = self._store(uri)
+            METER.count("put")
+            obstore.put(store, key, memoryview(data).cast("B"))
             self.written.keep(uri, data)
             return
         os.makedirs(os.path.dirname(uri), exist_ok=True)
@@ -121,9 +148,10 @@ class Objects:
         """Write ``data`` at ``uri``, over what is there: readers see the old object
         or the new one, whole."""
         if self.is_s3:
-            bucket, key = _split(uri)
+            store, key = self._store(uri)
             self.written.forget(uri)
-            self._client().put_object(Bucket=bucket, Key=key, Body=bytes(data))  # atomic
+            METER.count("put")
+            obstore.put(store, key, memoryview(data).cast("B"))  # atomic
             return
         directory, name = os.path.split(uri)
         temporary = os.path.join(directory, f".{name}.{uuid.uuid4()}.tmp")
@@ -137,13 +165,12 @@ class Objects:
         Readers see either nothing or the whole object.
         """
         if self.is_s3:
-            bucket, key = _split(uri)
+            store, key = self._store(uri)
+            METER.count("put")
             try:
-                self._client().put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
-            except ClientError as exc:
-                if _code(exc) in _S3_TAKEN:
-                    return False
-                raise
+                obstore.put(store, key, data, mode="create")  # If-None-Match: *
+            except _S3_TAKEN:
+                return False
             self.written.keep(uri, data)
             return True
         # delta-rs names its own temporary commit files this way; readers skip them.
@@ -163,18 +190,9 @@ class Objects:
         """Remove ``uri`` if it exists."""
         self.written.forget(uri)
         if self.is_s3:
-            bucket, key = _split(uri)
-            self._client().delete_object(Bucket=bucket, Key=key)
+            store, key = self._store(uri)
+            METER.count("post")  # object_store deletes with DeleteObjects, a POST
+            obstore.delete(store, key)
             return
         with contextlib.suppress(FileNotFoundError):
             os.unlink(uri)
-
-
-def _split(uri: str) -> tuple[str, str]:
-    bucket, _, key = uri.removeprefix("s3://").removeprefix("s3a://").partition("/")
-    return bucket, key
-
-
-def _code(exc: ClientError) -> str:
-    error = exc.response.get("Error", {})
-    return str(error.get("Code") or exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode"))

@@ -15,6 +15,7 @@ import pyarrow as pa
 from botocore.exceptions import BotoCoreError, ClientError
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from obstore.exceptions import BaseError as ObstoreError
 
 from lakepubsub import constants, errors
 from lakepubsub._lake.meter import METER
@@ -49,7 +50,7 @@ def storage_errors(what: str) -> Iterator[None]:
         raise
     except TableNotFoundError as exc:
         raise errors.NotFound(f"{what}: table not found") from exc
-    except (DeltaError, OSError, BotoCoreError, ClientError) as exc:
+    except (DeltaError, OSError, BotoCoreError, ClientError, ObstoreError) as exc:
         if log_race(exc):
             raise CommitFailedError(f"{what}: the log grew while it was read; retry") from exc
         raise errors.Unavailable(f"{what}: storage unavailable: {exc}") from exc
@@ -102,7 +103,7 @@ class Lake:
             os.makedirs(self.root, exist_ok=True)
         else:
             raise errors.InvalidArgument(f"unsupported lake URI {settings.lake!r}")
-        self.objects = Objects(self.is_s3, self.s3_client, constants.WRITTEN_CACHE_BYTES)
+        self.objects = Objects(self.is_s3, self.storage_options, constants.WRITTEN_CACHE_BYTES)
         self._intake_uri: str | None = None
 
     # -- locations -----------------------------------------------------------------
