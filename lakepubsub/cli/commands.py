@@ -58,10 +58,12 @@ Environment (README.md, "Configuration"; docs/security.md; docs/spark.md):
   S3 lakes        AWS_ENDPOINT_URL (or LAKEPUBSUB_S3_ENDPOINT), AWS_REGION
                   (or AWS_DEFAULT_REGION), AWS_ACCESS_KEY_ID,
                   AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_PROFILE,
-                  AWS_ALLOW_HTTP (set for you with an http:// endpoint)
+                  AWS_ALLOW_HTTP (set for you with an http:// endpoint),
+                  AWS_S3_EXPRESS (true for a directory bucket)
   the server      LAKEPUBSUB_PULL_WAIT_S, LAKEPUBSUB_CATALOG_MAX_STALENESS_S,
                   LAKEPUBSUB_CHANGE_CHECK_S, LAKEPUBSUB_FLUSH_MS, LAKEPUBSUB_LEASE_FLUSH_MS,
-                  LAKEPUBSUB_S3_TIER, LAKEPUBSUB_INTAKE, LAKEPUBSUB_INTAKE_MOVE_S,
+                  LAKEPUBSUB_S3_TIER, LAKEPUBSUB_INTAKE, LAKEPUBSUB_INTAKE_LAKE,
+                  LAKEPUBSUB_INTAKE_MOVE_S,
                   LAKEPUBSUB_MAX_INFLIGHT_REQUESTS,
                   LAKEPUBSUB_MAX_INFLIGHT_BODY_BYTES, LAKEPUBSUB_GC_YOUNG_THRESHOLD
   peering         LAKEPUBSUB_PEERING, LAKEPUBSUB_PEER_HOST,
