@@ -4,6 +4,8 @@ real threads, local and on moto S3)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -260,3 +262,42 @@ def test_the_intake_may_live_elsewhere_and_every_process_finds_it(lake: LakeSpec
         engine.publish(topic, [PublishMessage(b"root")])
     with pytest.raises(errors.FailedPrecondition, match="cannot move"):
         Engine(root_only.settings(intake=True, intake_lake=elsewhere)).close()
+
+
+def test_the_intake_drains_into_the_topics_tables_and_goes(lake: LakeSpec) -> None:
+    """``lakepubsub intake drain``: refused while a server's heartbeat is fresh; then
+    every topic's rows move to its table and the intake is removed, and servers
+    without it deliver the same messages and number new ones on from them."""
+    settings = lake.settings(intake=True, intake_move_s=3600.0)
+    with Engine(settings) as engine:
+        ids = {}
+        for i in range(3):
+            topic, sub = _names(i)
+            engine.create_topic(Topic(topic))
+            engine.create_subscription(Subscription(sub, topic))
+            ids[i] = engine.publish(topic, [PublishMessage(f"{i}:{n}".encode()) for n in range(4)])
+        intake_uri = engine.lake.intake_uri()
+        peer = engine.lake.uri("peers", "a-running-server")
+        engine.lake.objects.put(peer, b"")  # what a running server's heartbeat writes
+
+    def drain() -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "lakepubsub.cli", "--lake", lake.uri, "intake", "drain"]
+        return subprocess.run(
+            command, check=False, env=lake.env(), capture_output=True, text=True, timeout=120
+        )
+
+    refused = drain()
+    assert refused.returncode != 0 and "stop them" in refused.stderr, refused
+    Lake(settings).objects.delete(peer)
+    done = drain()
+    assert done.returncode == 0, done.stderr
+    assert "12 messages of 3 topics" in done.stdout
+    plain = lake.settings(intake=False)
+    with Engine(plain) as engine:
+        assert engine.intake is None and not engine.lake.exists(intake_uri)
+        for i in range(3):
+            topic, sub = _names(i)
+            got = _drain(engine, sub, 4)
+            assert got == [(ids[i][n], f"{i}:{n}".encode()) for n in range(4)]
+            assert engine.publish(topic, [PublishMessage(b"after")]) == ["4"]
+    assert "has no intake" in drain().stdout

@@ -244,6 +244,16 @@ class Lake:
         except Exception:  # a leftover directory is swept by the gc job
             log.warning("could not remove %s", "/".join(parts), exc_info=True)
 
+    def remove_table(self, uri: str) -> None:
+        """Delete a whole table given by its URI, which may be outside the lake root
+        (the intake's own place); errors are raised, not logged."""
+        with storage_errors(uri):
+            if not self.is_s3:
+                shutil.rmtree(uri, ignore_errors=False)
+                return
+            bucket, _, key = uri.removeprefix("s3://").removeprefix("s3a://").partition("/")
+            self._remove_s3_prefix(key.rstrip("/") + "/", bucket)
+
     def list_dirs(self, *parts: str) -> list[str]:
         """Names of the immediate children of ``{root}/parts``."""
         if not self.is_s3:
@@ -302,10 +312,11 @@ class Lake:
         )
         return METER.watch(client)  # counts this process's S3 requests (the console shows them)
 
-    def _remove_s3_prefix(self, prefix: str) -> None:
+    def _remove_s3_prefix(self, prefix: str, bucket: str | None = None) -> None:
         client = self.s3_client()
+        bucket = bucket or self.bucket
         paginator = client.get_paginator("list_objects_v2")
-        for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+        for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
             keys = [{"Key": obj["Key"]} for obj in page.get("Contents", [])]
             if keys:
-                client.delete_objects(Bucket=self.bucket, Delete={"Objects": keys})
+                client.delete_objects(Bucket=bucket, Delete={"Objects": keys})

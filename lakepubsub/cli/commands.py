@@ -413,9 +413,9 @@ def subscriptions_delete(ctx: click.Context, subscription: str) -> None:
 
 
 def _add_message_commands() -> None:
-    from lakepubsub.cli import messages, snapshots
+    from lakepubsub.cli import intake, messages, snapshots
 
-    for command in [*messages.COMMANDS, *snapshots.COMMANDS]:
+    for command in [*messages.COMMANDS, *snapshots.COMMANDS, *intake.COMMANDS]:
         main.add_command(command)
 
 

@@ -222,6 +222,30 @@ class Intake:
             for topic_uid in topics:
                 self._move(topic_uid)
 
+    def held(self) -> tuple[int, int]:
+        """How many topics and rows the intake's live files hold (moved or not)."""
+        with self._cond:
+            rows = sum(s.hi - s.lo for slices in self._slices.values() for s in slices)
+            return sum(1 for slices in self._slices.values() if slices), rows
+
+    def unmoved(self) -> list[str]:
+        """Topics (still alive) whose table, read afresh, lacks some of the offsets the
+        intake holds for them."""
+        with self._work:
+            with self._cond:
+                highs = {uid: max(s.hi for s in held) for uid, held in self._slices.items() if held}
+            left = []
+            for topic_uid, hi in highs.items():
+                if not self._alive(topic_uid):
+                    continue
+                try:
+                    table = self._table(topic_uid, max_age_s=0.0)
+                except errors.NotFound:
+                    continue
+                if table.head() < hi:
+                    left.append(topic_uid)
+            return left
+
     def _read_file(self, path: str, topic_uid: str) -> pa.Table:
         log_ = self._log
         assert log_ is not None
