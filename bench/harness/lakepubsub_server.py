@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 
 from bench.harness import scratch
-from bench.harness.moto_server import MotoServer
+from bench.harness.moto_server import DIRECTORY_BUCKET_ENV, MotoServer
 from bench.harness.processes import stop
 from bench.harness.s3_proxy import S3Proxy
 from lakepubsub import constants
@@ -61,9 +61,9 @@ class BenchError(RuntimeError):
 class MotoS3(MotoServer):
     """A moto S3 server subprocess with one bucket; counts requests from its log."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, more_buckets: tuple[str, ...] = ()) -> None:
         self.log_path = directory / "moto.log"
-        super().__init__(BUCKET, log=self.log_path)
+        super().__init__(BUCKET, log=self.log_path, more_buckets=more_buckets)
 
     def log_offset(self) -> int:
         return self.log_path.stat().st_size
@@ -119,6 +119,7 @@ class LakePubSubServer:
         proxy: str | None = None,
         env: dict[str, str] | None = None,
         app: str = "api.app:create_app",
+        intake_bucket: str | None = None,
     ) -> None:
         self._joins = joins
         self.s3: bool = s3 if joins is None else joins.s3
@@ -126,6 +127,9 @@ class LakePubSubServer:
         self._pull_wait_s = pull_wait_s
         self._proxy_profile = proxy
         self._env = env or {}
+        # With ``s3``: a second moto bucket holding the intake (LAKEPUBSUB_INTAKE_LAKE),
+        # a directory bucket's name for S3 Express One Zone beside a Standard lake.
+        self._intake_bucket = intake_bucket
         # A factory ``module:function`` importable from the repository, or ``dir/module:function``.
         self._app = app
         self.system = "lakepubsub-s3" if self.s3 else "lakepubsub"
@@ -154,11 +158,18 @@ class LakePubSubServer:
         elif self.lake:
             pass
         elif self.s3:
-            moto = MotoS3(directory)
+            more = (self._intake_bucket,) if self._intake_bucket else ()
+            moto = MotoS3(directory, more)
             self.moto = moto
             moto.__enter__()
             self.lake = f"s3://{BUCKET}/lake"
             self.storage_options = moto.storage_options
+            if self._intake_bucket:
+                self._env = {
+                    **DIRECTORY_BUCKET_ENV,
+                    "LAKEPUBSUB_INTAKE_LAKE": f"s3://{self._intake_bucket}/lake",
+                    **self._env,
+                }
             if self._proxy_profile is not None:
                 self.proxy = S3Proxy(
                     moto.endpoint, self._proxy_profile, directory / "proxy.log"

@@ -80,11 +80,15 @@ PROFILES = {
 EXPRESS_BUCKET_SUFFIX = "--x-s3"
 
 
+def directory_bucket(path: str) -> bool:
+    """Whether a path-style request goes to a directory bucket (S3 Express One Zone)."""
+    return path.strip("/").partition("/")[0].endswith(EXPRESS_BUCKET_SUFFIX)
+
+
 def profile_of(profile: Profile, path: str) -> Profile:
     """A directory bucket answers at Express One Zone's latency whatever the
     profile of the others (a lake on Standard may keep its intake on Express)."""
-    bucket = path.strip("/").partition("/")[0]
-    if profile.name != "zero" and bucket.endswith(EXPRESS_BUCKET_SUFFIX):
+    if profile.name != "zero" and directory_bucket(path):
         return PROFILES["express"]
     return profile
 
@@ -110,17 +114,21 @@ def key_pattern(path: str, query: str) -> str:
 class Counts:
     def __init__(self) -> None:
         self.kinds: Counter[str] = Counter()
+        self.directory_kinds: Counter[str] = Counter()  # of those, to directory buckets
         self.keys: Counter[str] = Counter()
         self.since = time.monotonic()
 
-    def add(self, kind: str, pattern: str) -> None:
+    def add(self, kind: str, pattern: str, directory_bucket: bool = False) -> None:
         self.kinds[kind] += 1
+        if directory_bucket:
+            self.directory_kinds[kind] += 1
         self.keys[f"{kind} {pattern}"] += 1
 
     def as_json(self) -> dict[str, object]:
         return {
             "seconds": time.monotonic() - self.since,
             "kinds": dict(self.kinds),
+            "directory_kinds": dict(self.directory_kinds),
             "keys": dict(self.keys.most_common()),
         }
 
@@ -151,7 +159,7 @@ def create_app(upstream: str, profile: Profile):  # type: ignore[no-untyped-def]
     async def forward(request: Request) -> Response:
         path, query = request.url.path, request.url.query
         kind = request_kind(request.method, path, query)
-        counts.add(kind, key_pattern(path, query))
+        counts.add(kind, key_pattern(path, query), directory_bucket(path))
         arrived = time.monotonic()
         delay = profile_of(profile, path).delay_s(kind)
         body = await request.body()

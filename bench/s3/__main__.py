@@ -81,12 +81,20 @@ class LoadResult:
     delivery: dict[str, object]
     cpu_s: dict[str, float] = field(default_factory=dict)
     wall_s: float = 0.0
+    # Of ``kinds``, the requests to a directory bucket (the intake on Express).
+    directory_kinds: dict[str, int] = field(default_factory=dict)
 
     def per_million(self, kind: str) -> float:
         return self.kinds.get(kind, 0) * MILLION / max(1, self.messages)
 
     def usd_per_million(self, tier: str) -> float:
-        return usd(self.kinds, tier) * MILLION / max(1, self.messages)
+        """Every request at ``tier``'s prices; "placed": a directory bucket's at
+        Express prices and the others' at Standard."""
+        if tier != "placed":
+            return usd(self.kinds, tier) * MILLION / max(1, self.messages)
+        general = {k: n - self.directory_kinds.get(k, 0) for k, n in self.kinds.items()}
+        spent = usd(general, "standard") + usd(self.directory_kinds, "express")
+        return spent * MILLION / max(1, self.messages)
 
 
 def _commits(server: LakePubSubServer) -> dict[str, float]:
@@ -115,11 +123,14 @@ def load(
     single: bool,
     profile: str,
     env: dict[str, str] | None = None,
+    intake_bucket: str | None = None,
 ) -> LoadResult:
     """``rate`` messages a second for ``seconds`` over ``topics`` topics, open loop,
     one StreamingPull subscriber per topic; requests counted from the first
     publish until the subscriber has every message."""
-    with LakePubSubServer(s3=True, serve=True, proxy=profile, env=env) as server:
+    with LakePubSubServer(
+        s3=True, serve=True, proxy=profile, env=env, intake_bucket=intake_bucket
+    ) as server:
         assert server.proxy is not None and server.moto is not None
         names = _create(server, topics, "load")
         total = int(rate * seconds)
@@ -153,9 +164,10 @@ def load(
         counts = server.proxy.reset()
         after = _commits(server)
     kinds = {str(k): int(v) for k, v in dict(counts["kinds"]).items()}  # type: ignore[call-overload]
+    directory = {str(k): int(v) for k, v in dict(counts["directory_kinds"]).items()}  # type: ignore[call-overload]
     commits = {t: after.get(t, 0.0) - before.get(t, 0.0) for t in after}
     cpu = {n: m.usage.cpu_s for n, m in zip(("server", "moto", "proxy"), meters, strict=True)}
-    return LoadResult(label, total, kinds, commits, published, delivered, cpu, wall)
+    return LoadResult(label, total, kinds, commits, published, delivered, cpu, wall, directory)
 
 
 def idle(
@@ -194,12 +206,14 @@ def load_report(results: list[LoadResult], profile: str) -> list[str]:
         "",
         "Google's Python client, default batching unless *single*; open loop; one "
         "StreamingPull subscriber per topic. Requests and commits from the first "
-        "publish until the subscriber had every message.",
+        "publish until the subscriber had every message. *placed*: requests to a "
+        "directory bucket (the intake with `--intake-bucket`) at Express One Zone "
+        "prices, the others at Standard.",
         "",
         "| case | PUT/1M | GET/1M | HEAD/1M | LIST/1M | $/1M Standard | $/1M Express "
-        "| msgs/topic commit | msgs/intake commit | msgs/lease commit | publish p50/p99 ms "
-        "| e2e p50/p99 ms | failures | duplicates | CPU s server/moto/proxy |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| $/1M placed | msgs/topic commit | msgs/intake commit | msgs/lease commit "
+        "| publish p50/p99 ms | e2e p50/p99 ms | failures | duplicates | CPU s server/moto/proxy |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         ack = r.publish.get("ack_ms", {})
@@ -213,6 +227,7 @@ def load_report(results: list[LoadResult], profile: str) -> list[str]:
             f"| {r.per_million('get'):,.0f} | {r.per_million('head'):,.0f} "
             f"| {r.per_million('list'):,.0f} "
             f"| {r.usd_per_million('standard'):.3f} | {r.usd_per_million('express'):.3f} "
+            f"| {r.usd_per_million('placed'):.3f} "
             f"| {messages_per:.1f} | {intake_per:.1f} | {lease_per:.1f} "
             f"| {ack['p50']:.0f} / {ack['p99']:.0f} | {e2e['p50']:.0f} / {e2e['p99']:.0f} "
             f"| {r.publish.get('failures')} | {r.delivery.get('duplicates')} "
@@ -268,6 +283,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="msgs/s per topic of the many-topics case (default 10)",
     )
     parser.add_argument(
+        "--rate", type=float, default=0.0, help="msgs/s of the batched case (300 quick, 3000)"
+    )
+    parser.add_argument(
+        "--seconds", type=float, default=0.0, help="seconds of each load case (20 quick, 60)"
+    )
+    parser.add_argument(
+        "--intake-bucket",
+        default=None,
+        metavar="NAME--ZONE--x-s3",
+        help="keep the intake in this second bucket (LAKEPUBSUB_INTAKE_LAKE): a directory "
+        "bucket's name is answered at Express latency by the proxy",
+    )
+    parser.add_argument(
         "--env",
         action="append",
         default=[],
@@ -288,16 +316,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         results.append(idle(many, IDLE_RESOURCES, True, window, args.profile, base_env))
     lines = report(results, args.profile, window)
     rate, seconds = (300.0, 20.0) if args.quick else (3000.0, 60.0)
+    rate, seconds = args.rate or rate, args.seconds or seconds
+    hot = args.intake_bucket
     small = args.rate_each or (5.0 if args.quick else 10.0)
     topics = args.topics or (5 if args.quick else 20)
     loads = [] if "load" not in cases else [
         load(
             f"1 topic, {rate:.0f} msgs/s, batched",
             1, rate, seconds, single=False, profile=args.profile, env=base_env,
+            intake_bucket=hot,
         ),
         load(
             f"{topics} topics x {small:.0f} msgs/s, single",
             topics, topics * small, seconds, single=True, profile=args.profile, env=base_env,
+            intake_bucket=hot,
         ),
     ]  # fmt: skip
     lines += load_report(loads, args.profile)
@@ -307,7 +339,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             load(
                 f"1 topic, {rate:.0f} msgs/s, batched, flush {w:.0f} ms",
                 1, rate, seconds, single=False, profile=args.profile,
-                env={**base_env, "LAKEPUBSUB_FLUSH_MS": str(w)},
+                env={**base_env, "LAKEPUBSUB_FLUSH_MS": str(w)}, intake_bucket=hot,
             )
             for w in windows
         ]  # fmt: skip
@@ -318,6 +350,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         name += f"-{args.profile}"
     if args.intake:
         name += "-intake"
+    if hot:
+        name += "-intake-express"
     out.write(args.out, f"{name}.md", lines)
 
 

@@ -1,0 +1,57 @@
+"""The S3 bench's intake on a directory bucket: the server on a Standard lake keeps
+its intake in a second moto bucket named as S3 Express One Zone names them, the
+proxy counts those requests apart (priced at Express) and answers them at
+Express latency while the lake's own get the Standard profile."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from bench.harness.lakepubsub_server import BUCKET, PROJECT, LakePubSubServer
+from bench.harness.s3_proxy import PROFILES, directory_bucket, profile_of
+from bench.s3.__main__ import LoadResult
+
+pytestmark = pytest.mark.s3
+
+HOT = "hot--use1-az4--x-s3"
+
+
+def test_directory_buckets_get_express_latency_and_their_own_count() -> None:
+    standard = PROFILES["standard"]
+    assert directory_bucket(f"/{HOT}/lake/intake/_delta_log/0.json")
+    assert not directory_bucket(f"/{BUCKET}/lake/catalog/_delta_log/0.json")
+    assert profile_of(standard, f"/{HOT}/k").name == "express"
+    assert profile_of(standard, f"/{BUCKET}/k").name == "standard"
+    assert profile_of(PROFILES["zero"], f"/{HOT}/k").name == "zero"
+    placed = LoadResult(
+        "x", 1_000_000, {"put": 1000, "get": 10}, {}, {}, {}, directory_kinds={"put": 800}
+    )
+    # 200 Standard PUTs, 800 Express PUTs, 10 Standard GETs.
+    assert placed.usd_per_million("placed") == pytest.approx(
+        (200 * 0.005 + 800 * 0.00113 + 10 * 0.0004) / 1000
+    )
+
+
+def test_the_server_commits_publishes_to_the_intake_bucket() -> None:
+    with LakePubSubServer(
+        s3=True, serve=True, proxy="standard", intake_bucket=HOT, env={"LAKEPUBSUB_INTAKE": "1"}
+    ) as server:
+        assert server.proxy is not None and server.moto is not None
+        base = f"{server.url}/v1/projects/{PROJECT}"
+        with httpx.Client(timeout=60) as client:
+            client.put(f"{base}/topics/hot").raise_for_status()
+            server.proxy.reset()
+            started = time.monotonic()
+            body = {"messages": [{"data": "aG90"}]}
+            client.post(f"{base}/topics/hot:publish", json=body).raise_for_status()
+            took = time.monotonic() - started
+        counts = server.proxy.reset()
+        directory = dict(counts["directory_kinds"])  # type: ignore[call-overload]
+        assert directory.get("put", 0) >= 2, counts  # the intake's data file and log entry
+        keys = [o["Key"] for o in server.moto.client().list_objects_v2(Bucket=HOT)["Contents"]]
+    assert any(k.startswith("lake/intake/_delta_log/") for k in keys), keys
+    # Two Express PUTs, not two Standard ones (~110 ms at the median) and a window.
+    assert took < 5.0
