@@ -137,10 +137,7 @@ class Settings:
             raise ValueError(
                 f"LAKEPUBSUB_S3_TIER must be one of {', '.join(S3_TIERS)}, got {self.s3_tier!r}"
             )
-        if (
-            self.intake_lake is not None
-            and self.intake_lake.startswith(("s3://", "s3a://")) != self.on_s3
-        ):
+        if self.intake_lake is not None and _is_s3(self.intake_lake) != self.on_s3:
             raise ValueError(
                 "LAKEPUBSUB_INTAKE_LAKE must be on the same kind of storage as the lake "
                 f"({self.intake_lake!r} for {self.lake!r})"
@@ -148,13 +145,13 @@ class Settings:
 
     @property
     def on_s3(self) -> bool:
-        return self.lake.startswith(("s3://", "s3a://"))
+        return _is_s3(self.lake)
 
     def on_s3_express(self, uri: str | None = None) -> bool:
         """Whether ``uri`` (default: the lake) is on S3 Express One Zone: a directory
         bucket's name, or, for the lake's own bucket, ``s3_tier``."""
         where = self.lake if uri is None else uri
-        if not where.startswith(("s3://", "s3a://")):
+        if not _is_s3(where):
             return False
         if self.s3_tier is not None and _bucket(where) == _bucket(self.lake):
             return self.s3_tier == "express"
@@ -184,7 +181,7 @@ class Settings:
         if ms is None:
             if self.on_s3_express(uri):
                 ms = constants.S3_EXPRESS_FLUSH_MS
-            elif (self.lake if uri is None else uri).startswith(("s3://", "s3a://")):
+            elif _is_s3(self.lake if uri is None else uri):
                 ms = constants.S3_FLUSH_MS
             else:
                 ms = constants.LOCAL_FLUSH_MS
@@ -216,6 +213,10 @@ class Settings:
         if self.intake_move_s is not None:
             return self.intake_move_s
         return constants.S3_INTAKE_MOVE_S if self.on_s3 else constants.LOCAL_INTAKE_MOVE_S
+
+
+def _is_s3(uri: str) -> bool:
+    return uri.startswith(("s3://", "s3a://"))
 
 
 def _bucket(uri: str) -> str:

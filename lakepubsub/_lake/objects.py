@@ -95,7 +95,7 @@ class Objects:
 
     def _store(self, uri: str) -> tuple[S3Store, str]:
         """The bucket's store (one per bucket: the intake may live in another) and the key."""
-        bucket, _, key = uri.removeprefix("s3://").removeprefix("s3a://").partition("/")
+        bucket, key = split_s3(uri)
         store = self._stores.get(bucket)
         if store is None:
             with self._stores_lock:
@@ -196,3 +196,9 @@ class Objects:
             return
         with contextlib.suppress(FileNotFoundError):
             os.unlink(uri)
+
+
+def split_s3(uri: str) -> tuple[str, str]:
+    """``s3://bucket/key`` -> (bucket, key)."""
+    bucket, _, key = uri.removeprefix("s3://").removeprefix("s3a://").partition("/")
+    return bucket, key

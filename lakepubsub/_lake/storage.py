@@ -19,7 +19,7 @@ from obstore.exceptions import BaseError as ObstoreError
 
 from lakepubsub import constants, errors
 from lakepubsub._lake.meter import METER
-from lakepubsub._lake.objects import Objects
+from lakepubsub._lake.objects import Objects, split_s3
 from lakepubsub.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -251,7 +251,7 @@ class Lake:
             if not self.is_s3:
                 shutil.rmtree(uri, ignore_errors=False)
                 return
-            bucket, _, key = uri.removeprefix("s3://").removeprefix("s3a://").partition("/")
+            bucket, key = split_s3(uri)
             self._remove_s3_prefix(key.rstrip("/") + "/", bucket)
 
     def list_dirs(self, *parts: str) -> list[str]:

@@ -28,6 +28,8 @@ S3_HEARTBEAT_S = 60.0
 S3_EXPIRY_S = 200.0
 SWEEP_S = 3600.0
 PEERS_DIR = "peers"
+
+
 # A member a call could not reach is left out for this long, doubling with each
 # failure in a row up to the maximum, and then only once it has beaten again.
 SUSPECT_S = 5.0
@@ -35,6 +37,11 @@ SUSPECT_MAX_S = 300.0
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 # What ``Owner.told`` hears when the members changed (owners of topics may move).
 MEMBERS = "members"
+
+
+def expiry_s(s3: bool) -> float:
+    """How old a member's heartbeat object may be before the member counts as gone."""
+    return S3_EXPIRY_S if s3 else EXPIRY_S
 
 
 class Member(NamedTuple):
@@ -67,7 +74,7 @@ class Membership:
         self._lake = lake
         s3 = lake.is_s3
         self.heartbeat_s = S3_HEARTBEAT_S if s3 else HEARTBEAT_S
-        self._expiry_s = S3_EXPIRY_S if s3 else EXPIRY_S
+        self._expiry_s = expiry_s(s3)
         self._on_change = on_change
         self.hostname = socket.gethostname().replace("~", "-")
         self.me: Member | None = None

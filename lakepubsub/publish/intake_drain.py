@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from lakepubsub import errors
 from lakepubsub._lake import Lake
 from lakepubsub._lake.storage import INTAKE_POINTER
-from lakepubsub.peering.membership import EXPIRY_S, PEERS_DIR, S3_EXPIRY_S
+from lakepubsub.peering.membership import PEERS_DIR, expiry_s
 from lakepubsub.publish.intake import Intake
 
 
@@ -31,9 +31,9 @@ class Drained:
 
 def live_peers(lake: Lake) -> list[str]:
     """Servers whose heartbeat object is fresh."""
-    expiry_s = S3_EXPIRY_S if lake.is_s3 else EXPIRY_S
     now = time.time()
-    return [key for key, modified in lake.list_objects(PEERS_DIR) if now - modified <= expiry_s]
+    fresh_s = expiry_s(lake.is_s3)
+    return [key for key, modified in lake.list_objects(PEERS_DIR) if now - modified <= fresh_s]
 
 
 def drain(lake: Lake, intake: Intake) -> Drained:
