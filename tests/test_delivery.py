@@ -18,7 +18,7 @@ from lakepubsub import (
     TopicName,
     errors,
 )
-from lakepubsub.delivery.dispatcher import BACKLOG_EVERY_S
+from lakepubsub.delivery.cycle import BACKLOG_EVERY_S
 from lakepubsub.delivery.leases import LeaseState
 
 TOPIC = TopicName("proj", "work")

@@ -266,14 +266,7 @@ async def modify_ack_deadline(door: GrpcDoor, request: Any, call: Call) -> Messa
     await call.check("modify_ack_deadline", _sub_params(name))
     ack_ids = list(request.ack_ids)
     seconds = request.ack_deadline_seconds
-    engine = door.engine
-    if engine.lookups_need_no_io():  # a receipt modack of this process's streams
-        sub = engine.get_subscription(name, fresh=False)
-        if not sub.enable_exactly_once_delivery and door.streams.unchanged(
-            sub.uid, ack_ids, seconds
-        ):
-            return Empty()
-    future = engine.modify_ack_deadline_future(name, ack_ids, seconds)
+    future = door.engine.modify_ack_deadline_future(name, ack_ids, seconds)
     failures = await asyncio.wrap_future(future)
     door.streams.extended(ack_ids, seconds, failures)
     error = convert.ack_failures_error(failures)

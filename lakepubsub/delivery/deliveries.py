@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -18,7 +17,7 @@ from lakepubsub.delivery import leases, requests
 from lakepubsub.delivery.ackids import AckId, parse_all
 from lakepubsub.delivery.dispatcher import Dispatcher
 from lakepubsub.delivery.planning import DeadLetterSink
-from lakepubsub.messages import ReceivedMessage, TruncationEvent
+from lakepubsub.messages import Pull, ReceivedMessage, TruncationEvent
 from lakepubsub.peering.routing import Route, via_owner
 from lakepubsub.resources.directory import Directory
 from lakepubsub.resources.names import SubscriptionName
@@ -152,29 +151,20 @@ class Deliveries:
                 f"the ack deadline must be between {constants.MIN_ACK_DEADLINE_S} and "
                 f"{constants.MAX_ACK_DEADLINE_S} seconds"
             )
-        wait = 0.0 if return_immediately else self._settings.pull_wait_s
-        count = min(max_messages, constants.MAX_PULL_MESSAGES)
+        pull = Pull(
+            min(max_messages, constants.MAX_PULL_MESSAGES),
+            0.0 if return_immediately else self._settings.pull_wait_s,
+            ack_deadline_s,
+        )
         return via_owner(
             self._owner(sub.topic_uid),
-            lambda peering, member: peering.pull(member, name.path, count, wait, ack_deadline_s),
-            lambda: self.pull_here(
-                name, max_messages=count, wait_s=wait, ack_deadline_s=ack_deadline_s
-            ),
+            lambda peering, member: peering.pull(member, name.path, pull),
+            lambda: self.pull_here(name, pull),
             withdraw=lambda source: self.withdraw(name, source),
         )
 
-    def pull_here(
-        self,
-        name: SubscriptionName,
-        *,
-        max_messages: int,
-        wait_s: float,
-        ack_deadline_s: int | None,
-    ) -> Future[list[ReceivedMessage]]:
-        return self.submit(
-            name,
-            lambda: requests.PullRequest(max_messages, time.monotonic() + wait_s, ack_deadline_s),
-        )
+    def pull_here(self, name: SubscriptionName, pull: Pull) -> Future[list[ReceivedMessage]]:
+        return self.submit(name, lambda: requests.PullRequest.of(pull))
 
     def withdraw(self, name: SubscriptionName, pull: Future[list[ReceivedMessage]]) -> None:
         if pull.cancel():
