@@ -8,7 +8,9 @@ A facade: each call goes to its room. Lookups and catalog changes to
 ``resources/directory.py``, publishes to ``publish/publishers.py``, pulls, acks
 and deadline changes to ``delivery/deliveries.py`` (which routes them to the
 topic's owner through ``peering/routing.py``). What is left here puts a
-resource's tables and its catalog entry together, and the life cycle.
+resource's tables and its catalog entry together. ``Rooms``, the base of
+``Engine``, builds the rooms and wires them to one another, and runs their life
+cycle.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from lakepubsub import constants, errors
 from lakepubsub._lake import Lake, settle_checkpoints
 from lakepubsub.delivery import lease_admin, leases
 from lakepubsub.delivery.ackids import parse_all
+from lakepubsub.delivery.context import DeliveryContext
 from lakepubsub.delivery.deliveries import Deliveries
 from lakepubsub.messages import PublishMessage, Pull, ReceivedMessage, TruncationEvent
 from lakepubsub.peering.membership import MEMBERS
@@ -65,12 +68,9 @@ class Rooms:
             check_schema=self.schemas.check_settings,
         )
         self.deliveries = Deliveries(
-            self.lake,
-            self.settings,
+            DeliveryContext(self.lake, self.settings, self._publish_unchecked, self._peered),
             self.resources,
-            dead_letter=self._publish_unchecked,
-            owner=self._owner,
-            peered=self._peered,
+            self._owner,
         )
         # Publishes of every topic commit together through the intake when the
         # settings ask for it, or when the lake has one (its rows must stay
@@ -437,4 +437,4 @@ class Engine(Rooms):
 
     def seek_to_snapshot(self, name: SubscriptionName, snapshot: SnapshotName) -> None:
         """Restore the acknowledgment state a snapshot captured."""
-        lease_admin.seek_to_snapshot(self.lake, self.resources, self.deliveries, name, snapshot)
+        lease_admin.seek_to_snapshot(self.resources, self.deliveries, name, snapshot)

@@ -24,9 +24,11 @@ from lakepubsub import (
     Topic,
     TopicName,
 )
+from lakepubsub._lake.table_schemas import KIND_MESSAGE
 from lakepubsub.delivery.ackids import AckId
 from lakepubsub.delivery.lease_table import LeaseTable
-from lakepubsub.delivery.leases import LEASE_SLACK_US, LeaseState
+from lakepubsub.delivery.leases import LEASE_SLACK_US, LEASED, Cursor, LeaseState, Row
+from lakepubsub.delivery.planner import change_leaves_leases
 from lakepubsub.metrics import DEADLINE_CHANGES_UNCHANGED
 
 TOPIC = TopicName("proj", "stream-leases")
@@ -152,3 +154,25 @@ def test_the_rest_door_gets_the_shortcut(engine: Engine, clock: Clock) -> None:
     assert response.status_code == 200
     assert leases(engine).version == version + 1
     assert unchanged_count() == before + 1
+
+
+def test_which_changes_leave_the_leases_as_they_are() -> None:
+    """``change_leaves_leases``, the rule the dispatcher answers by without a cycle."""
+    now = 1_000 * US
+    lease_end = now + 30 * US + LEASE_SLACK_US // 2
+    leased = Row(KIND_MESSAGE, 5, delivery_id=7, attempt=1, state=LEASED, deadline_us=lease_end)
+    state = LeaseState(1, Cursor(10, 9, 0, now), {leased.key: leased})
+    tag = "abcdef01"
+
+    def leaves(ack: AckId, seconds: int) -> bool:
+        return change_leaves_leases(state, tag, [ack], seconds, now)
+
+    out = AckId(tag, KIND_MESSAGE, 5, 7)
+    assert leaves(out, 30)  # lasts that long, and at most the slack more
+    assert not leaves(out, 20)  # shorter: must be written
+    assert not leaves(out, 32)  # longer than the lease: the same
+    assert not leaves(out, 0)  # a nack
+    assert leaves(AckId(tag, KIND_MESSAGE, 5, 6), 10)  # delivered again since: nothing to change
+    assert leaves(AckId(tag, KIND_MESSAGE, 3, 2), 10)  # acknowledged: nothing to change
+    assert not leaves(AckId(tag, KIND_MESSAGE, 8, 9), 30)  # a delivery this state does not know
+    assert leaves(AckId("00000000", KIND_MESSAGE, 5, 7), 20)  # another subscription's: ignored

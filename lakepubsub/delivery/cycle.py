@@ -15,16 +15,15 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from lakepubsub import metrics
-from lakepubsub._lake import Lake
 from lakepubsub.constants import MAX_DEFERRED_LEASE_CHANGES, US_PER_S
 from lakepubsub.delivery.ackids import AckId, subscription_tag
+from lakepubsub.delivery.context import DeliveryContext
 from lakepubsub.delivery.lease_slots import LeaseSlots
 from lakepubsub.delivery.lease_table import LeaseTable
 from lakepubsub.delivery.leases import LEASE_SLACK_US, LeaseState
 from lakepubsub.delivery.planner import Planner, change_leaves_leases
 from lakepubsub.delivery.planning import (
     Claimer,
-    DeadLetterSink,
     apply,
     apply_pull_deadlines,
     policy_of,
@@ -42,7 +41,6 @@ from lakepubsub.messages import ReceivedMessage, TruncationEvent
 from lakepubsub.publish.messages_table import MessagesTable
 from lakepubsub.resources.subscriptions import Subscription
 from lakepubsub.retry import optimistic
-from lakepubsub.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -58,20 +56,12 @@ class CycleTables:
     ``cached`` may be called from any."""
 
     def __init__(
-        self,
-        lake: Lake,
-        settings: Settings,
-        dead_letter: DeadLetterSink,
-        *,
-        peered: Callable[[], bool],
-        stopping: Callable[[], bool],
-        lease_slots: LeaseSlots,
+        self, context: DeliveryContext, stopping: Callable[[], bool], lease_slots: LeaseSlots
     ) -> None:
-        self._lake = lake
-        self._settings = settings
-        self._peered = peered
-        self._stopping = stopping
-        self.claimer = Claimer(dead_letter)
+        self._context = context
+        self._settings = context.settings
+        self._stopping = stopping  # whether the dispatcher is stopping (commit everything)
+        self.claimer = Claimer(context.dead_letter)
         self._slots = lease_slots
         # The slot taken for the deferred changes pending since the first time.
         self._lease_slot: tuple[float, float] | None = None
@@ -143,9 +133,9 @@ class CycleTables:
 
     def _load(self, sub: Subscription) -> tuple[LeaseTable, MessagesTable, LeaseState]:
         if self.leases is None:
-            self.leases = LeaseTable(self._lake, sub.uid)
+            self.leases = LeaseTable(self._context.lake, sub.uid)
         if self._messages is None:
-            self._messages = MessagesTable(self._lake, sub.topic_uid)
+            self._messages = MessagesTable(self._context.lake, sub.topic_uid)
         now = time.monotonic()
         with self._lock:
             look = self._look or now >= self._next_look
@@ -154,7 +144,7 @@ class CycleTables:
         state = self.leases.state(look=look)
         if look:
             self._messages.refresh()
-            self._next_look = now + self._settings.change_check(self._peered())
+            self._next_look = now + self._settings.change_check(self._context.peered())
         elif told > self._messages.version:  # its commit file is in memory: no request
             self._messages.refresh(until=told)
         return self.leases, self._messages, state
@@ -206,7 +196,7 @@ class CycleTables:
         an exactly-once subscription confirms nothing before it is stored, nor do
         truncations, seeks and dead-lettering wait; the others wait up to the lease
         flush window."""
-        flush_s = self._settings.lease_flush_s(self._peered())
+        flush_s = self._settings.lease_flush_s(self._context.peered())
         if (
             flush_s <= 0
             or self._stopping()
@@ -227,8 +217,8 @@ class CycleTables:
             return math.inf
         if self._lease_slot is not None and self._lease_slot[0] == since:
             return self._lease_slot[1]
-        due = since + self._settings.lease_flush_s(self._peered())
-        spacing_s = self._settings.lease_commit_spacing_s(self._peered())
+        due = since + self._settings.lease_flush_s(self._context.peered())
+        spacing_s = self._settings.lease_commit_spacing_s(self._context.peered())
         if spacing_s <= 0 or time.monotonic() < due:
             return due
         self._lease_slot = (since, self._slots.reserve(spacing_s))

@@ -20,13 +20,12 @@ from concurrent.futures import Future, InvalidStateError
 from typing import Any, TypeVar, cast
 
 from lakepubsub import errors, metrics
-from lakepubsub._lake import Lake
 from lakepubsub.constants import CONTENTION_MEMORY_S, PACE_FACTOR, PACE_MAX_S
 from lakepubsub.delivery.ackids import AckId
+from lakepubsub.delivery.context import DeliveryContext
 from lakepubsub.delivery.cycle import CycleTables
 from lakepubsub.delivery.lease_slots import PROCESS_LEASE_SLOTS, LeaseSlots
 from lakepubsub.delivery.leases import RELEASE
-from lakepubsub.delivery.planning import DeadLetterSink
 from lakepubsub.delivery.requests import (
     AckRequest,
     FlushRequest,
@@ -38,7 +37,6 @@ from lakepubsub.delivery.requests import (
 from lakepubsub.messages import ReceivedMessage
 from lakepubsub.resources.subscriptions import Subscription
 from lakepubsub.retry import optimistic
-from lakepubsub.settings import Settings
 
 log = logging.getLogger(__name__)
 SubscriptionLookup = Callable[[], Subscription | None]
@@ -49,35 +47,24 @@ class Dispatcher:
 
     def __init__(
         self,
-        lake: Lake,
-        settings: Settings,
+        context: DeliveryContext,
         subscription: Subscription,
         lookup: SubscriptionLookup,
         on_exit: Callable[[Dispatcher], None],
-        dead_letter: DeadLetterSink,
-        peered: Callable[[], bool] = lambda: False,
         lease_slots: LeaseSlots = PROCESS_LEASE_SLOTS,
     ) -> None:
         self.subscription = subscription
-        self._peered = peered
-        self._lake = lake
-        self._settings = settings
+        self._context = context
+        self._settings = context.settings
         self._lookup = lookup
         self._on_exit = on_exit
-        self._tables = CycleTables(
-            lake,
-            settings,
-            dead_letter,
-            peered=peered,
-            stopping=lambda: self._stopped,
-            lease_slots=lease_slots,
-        )
+        self._tables = CycleTables(context, lambda: self._stopped, lease_slots)
         self._contended_until = 0.0
         self._cond = threading.Condition()
         self._pulls: list[PullRequest] = []
         self._acks: list[AckRequest] = []
         self._truncates: list[TruncateRequest | SeekRequest | FlushRequest] = []
-        # The cycle under way applies deadline changes (``_leaves_leases``).
+        # The cycle under way applies deadline changes (``_answered``).
         self._changing = False
         self._nudged = True
         # The last cycle found less than its pulls asked for, and nothing was said
@@ -95,6 +82,8 @@ class Dispatcher:
     # -- entry points --------------------------------------------------------------------
 
     def submit(self, request: Request) -> None:
+        if isinstance(request, AckRequest) and self._answered(request):
+            return
         with self._cond:
             if self._stopped:
                 raise errors.Unavailable("subscription dispatcher stopped; retry")
@@ -105,10 +94,6 @@ class Dispatcher:
                     self._cond.notify()
                     return
             elif isinstance(request, AckRequest):
-                if self._leaves_leases(request):
-                    metrics.DEADLINE_CHANGES_UNCHANGED.inc(len(request.ack_ids))
-                    request.future.set_result({})
-                    return
                 self._acks.append(request)
                 # An ack frees nothing to deliver, except the next message of an
                 # ordering key; a nack, deadline change or release may.
@@ -120,17 +105,27 @@ class Dispatcher:
             self._nudged = True
             self._cond.notify()
 
-    def _leaves_leases(self, request: AckRequest) -> bool:
-        """Whether a deadline change is answered at once, without a cycle: it would
-        leave every lease it names as it is (``CycleTables.leaves_leases``), and no
-        deadline change is queued or being applied before it, nor did another
-        writer win a race lately. The caller holds the lock."""
-        return (
-            not self._changing
-            and time.monotonic() >= self._contended_until
-            and not any(r.deadline_s is not None for r in self._acks)
-            and self._tables.leaves_leases(self.subscription, request.ack_ids, request.deadline_s)
-        )
+    def _answered(self, request: AckRequest) -> bool:
+        """Answer a deadline change at once, without a cycle, if it would leave every
+        lease it names as it is (``CycleTables.leaves_leases``) and no deadline
+        change is queued or being applied before it, nor did another writer win a
+        race lately. Whether it was answered."""
+        if request.deadline_s is None:
+            return False
+        with self._cond:
+            if (
+                self._stopped
+                or self._changing
+                or time.monotonic() < self._contended_until
+                or any(r.deadline_s is not None for r in self._acks)
+                or not self._tables.leaves_leases(
+                    self.subscription, request.ack_ids, request.deadline_s
+                )
+            ):
+                return False
+        metrics.DEADLINE_CHANGES_UNCHANGED.inc(len(request.ack_ids))
+        request.future.set_result({})
+        return True
 
     def nudge(self, version: int = -1) -> None:
         """A local publish committed the messages table's ``version`` (-1: some version
@@ -244,7 +239,9 @@ class Dispatcher:
                 return
         due = self._tables.earliest_due(now)
         with self._cond:
-            self._poll_at = max(soon, min(now + self._settings.change_check(self._peered()), due))
+            self._poll_at = max(
+                soon, min(now + self._settings.change_check(self._context.peered()), due)
+            )
 
     def _rotate(self, pull: PullRequest) -> None:
         """A pull planned alone and still waiting goes behind the others."""
