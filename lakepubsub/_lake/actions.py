@@ -25,6 +25,9 @@ MAX_STRING_STAT_CHARS = 32
 # results are the same: integers compare as numbers, strings by code point, which
 # is UTF-8 byte order.)
 SMALL_STATS_ROWS = 64
+# The Delta protocol versions this writer implements (no table features).
+MAX_READER_VERSION = 1
+MAX_WRITER_VERSION = 2
 _MS_PER_S = 1000
 _US_PER_MS = 1000
 # The commitInfo's engineInfo and clientVersion of the commits written here.
@@ -60,7 +63,10 @@ class Operation:
 
 def refusal(protocol: Any, metadata: Any) -> str | None:
     """Why direct writes to this table would be wrong, if they would."""
-    if protocol.min_reader_version > 1 or protocol.min_writer_version > 2:
+    if (
+        protocol.min_reader_version > MAX_READER_VERSION
+        or protocol.min_writer_version > MAX_WRITER_VERSION
+    ):
         return (
             f"Delta protocol ({protocol.min_reader_version}, {protocol.min_writer_version}) "
             "has features lakepubsub's writer does not implement"

@@ -28,6 +28,8 @@ from typing import Any
 
 import pyarrow as pa
 from deltalake.exceptions import CommitFailedError
+from deltalake.fs import DeltaStorageHandler
+from pyarrow.fs import PyFileSystem
 
 from lakepubsub import constants, errors
 from lakepubsub._lake import checkpointer, checkpoints
@@ -153,9 +155,6 @@ class TableLog:
     def _table_filesystem(self) -> Any:
         """A pyarrow filesystem rooted at the table (S3 only; local paths are absolute)."""
         if self._filesystem is None:
-            from deltalake.fs import DeltaStorageHandler
-            from pyarrow.fs import PyFileSystem
-
             options = dict(self._lake.storage_options or {})
             self._filesystem = PyFileSystem(DeltaStorageHandler(self.uri, options))
         return self._filesystem
