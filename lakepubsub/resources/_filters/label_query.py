@@ -80,9 +80,9 @@ def _atom(scanner: Scanner) -> Expression:
 
 
 def _key(scanner: Scanner) -> str:
-    scanner.skip_whitespace()
-    if scanner.peek() in QUOTES:
-        return scanner.string_literal()
+    quoted = scanner.quoted()
+    if quoted is not None:
+        return quoted
     key = scanner.take_run(_KEY_CHARS)
     if not key:
         raise scanner.error("a label key such as example.com/device_type")
@@ -90,9 +90,9 @@ def _key(scanner: Scanner) -> str:
 
 
 def _value(scanner: Scanner) -> str:
-    scanner.skip_whitespace()
-    if scanner.peek() in QUOTES:
-        return scanner.string_literal()
+    quoted = scanner.quoted()
+    if quoted is not None:
+        return quoted
     start = scanner.pos
     text = scanner.text
     end = start

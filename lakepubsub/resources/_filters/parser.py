@@ -146,9 +146,9 @@ def _has_prefix(scanner: Scanner) -> Expression:
 
 
 def _key(scanner: Scanner) -> str:
-    scanner.skip_whitespace()
-    if scanner.peek() in QUOTES:
-        return scanner.string_literal()
+    quoted = scanner.quoted()
+    if quoted is not None:
+        return quoted
     key = scanner.take_run(BARE_KEY_CHARS)
     if not key and scanner.peek() == "\\":
         raise scanner.fail("escape sequences are only allowed inside a quoted string")
@@ -158,9 +158,9 @@ def _key(scanner: Scanner) -> str:
 
 
 def _string(scanner: Scanner) -> str:
-    scanner.skip_whitespace()
-    if scanner.peek() in QUOTES:
-        return scanner.string_literal()
+    quoted = scanner.quoted()
+    if quoted is not None:
+        return quoted
     raise scanner.error('a string literal such as "value"')
 
 
