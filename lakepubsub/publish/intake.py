@@ -43,6 +43,7 @@ from lakepubsub import constants, errors, metrics, retry
 from lakepubsub._lake import Lake
 from lakepubsub._lake import table_schemas as schemas
 from lakepubsub.publish import intake_ranges
+from lakepubsub.publish.committer import Committer
 from lakepubsub.publish.intake_moves import Hooks, Mover, Transactions
 from lakepubsub.publish.intake_view import IntakeView
 from lakepubsub.publish.messages_table import attach_overlay, numbered
@@ -63,7 +64,7 @@ class _Pending:
     future: Future[int] = field(default_factory=Future)
 
 
-class Intake:
+class Intake(Committer[_Pending]):
     """A process's committer to the lake's intake table, and its view of it.
 
     ``owns(topic_uid)``: whether this process moves the topic's rows (its owner);
@@ -84,6 +85,7 @@ class Intake:
         peered: Callable[[], bool] = lambda: False,
         mover: bool = True,
     ) -> None:
+        super().__init__()
         self.uri = lake.intake_uri()
         self._lake = lake
         self._settings = settings
@@ -91,13 +93,9 @@ class Intake:
         self.view = IntakeView(lake, self.uri)
         hooks = Hooks(owns, alive, on_moved, peered, moves=mover)
         self.mover = Mover(lake, settings, self.view, hooks, self._txns)
-        self._cond = threading.Condition()
         # Held by whoever works the log and the topics' tables: the committer
         # (commits, housekeeping), a reader's look (``refresh``), a job's ``move_all``.
         self._work = threading.Lock()
-        self._queue: list[_Pending] = []
-        self._closed = False
-        self._thread: threading.Thread | None = None
         self._committed_at = 0.0
         self._housekeep_at = 0.0
 
@@ -116,20 +114,13 @@ class Intake:
         the first offset they got once that commit landed."""
         pending = _Pending(topic_uid, columns)
         with self._cond:
-            if self._closed:
-                raise errors.Unavailable("the publisher is shutting down")
-            self._queue.append(pending)
+            self._enqueue(pending)
             self._cond.notify_all()
         return pending.future
 
     def close(self) -> None:
         """Commit what is queued, then stop (rows not moved stay in the intake)."""
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-            thread = self._thread
-        if thread is not None:
-            thread.join()
+        super().close()
         attach_overlay(self._lake, None)
 
     # -- the readers' side (any thread) ------------------------------------------------------

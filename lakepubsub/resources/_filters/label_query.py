@@ -80,11 +80,8 @@ def _atom(scanner: Scanner) -> Expression:
 
 
 def _key(scanner: Scanner) -> str:
-    quoted = scanner.quoted()
-    if quoted is not None:
-        return quoted
-    key = scanner.take_run(_KEY_CHARS)
-    if not key:
+    key = scanner.quoted_or_run(_KEY_CHARS)
+    if key is None:
         raise scanner.error("a label key such as example.com/device_type")
     return key
 

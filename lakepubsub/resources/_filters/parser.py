@@ -146,13 +146,10 @@ def _has_prefix(scanner: Scanner) -> Expression:
 
 
 def _key(scanner: Scanner) -> str:
-    quoted = scanner.quoted()
-    if quoted is not None:
-        return quoted
-    key = scanner.take_run(BARE_KEY_CHARS)
-    if not key and scanner.peek() == "\\":
+    key = scanner.quoted_or_run(BARE_KEY_CHARS)
+    if key is None and scanner.peek() == "\\":
         raise scanner.fail("escape sequences are only allowed inside a quoted string")
-    if not key:
+    if key is None:
         raise scanner.error("an attribute key (letters, digits, '-' and '_', or a quoted string)")
     return key
 

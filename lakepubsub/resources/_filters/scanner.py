@@ -115,6 +115,14 @@ class Scanner:
         self.skip_whitespace()
         return self.string_literal() if self.peek() in QUOTES else None
 
+    def quoted_or_run(self, allowed: frozenset[str]) -> str | None:
+        """The next token, a quoted string (decoded) or a run of ``allowed`` characters;
+        None if neither starts there."""
+        quoted = self.quoted()
+        if quoted is not None:
+            return quoted
+        return self.take_run(allowed) or None
+
     def string_literal(self) -> str:
         """Reads a quoted string at the cursor and returns its decoded value."""
         text, start = self.text, self.pos
