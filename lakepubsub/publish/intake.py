@@ -96,7 +96,6 @@ class Intake(Committer[_Pending]):
         # Held by whoever works the log and the topics' tables: the committer
         # (commits, housekeeping), a reader's look (``refresh``), a job's ``move_all``.
         self._work = threading.Lock()
-        self._committed_at = 0.0
         self._housekeep_at = 0.0
 
     # -- the publishers' side -------------------------------------------------------------
@@ -171,12 +170,7 @@ class Intake(Committer[_Pending]):
                     self._cond.wait(timeout=HOUSEKEEPING_S)
                     if not self._queue:
                         break
-                opens = self._committed_at + flush_s
-                while self._queue and not self._closed:
-                    remaining = opens - time.monotonic()
-                    if remaining <= 0:
-                        break
-                    self._cond.wait(timeout=remaining)
+                self._flush_window(flush_s, while_=lambda: bool(self._queue))
                 group = self._take()
                 stop = self._closed and not self._queue
             with self._work:

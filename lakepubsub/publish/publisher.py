@@ -88,7 +88,6 @@ class TopicPublisher(Committer[_Request]):
         self._handed_over = 0
         self._answer_s = 0.0  # moving average of the owner's answer time
         self._table: MessagesTable | None = None
-        self._committed_at = 0.0  # time.monotonic() when the last commit here started
         self._committing_here = self._forward is None  # the last group was committed here
 
     def submit(self, batch: Batch, *, forwarded: bool = False) -> Future[list[str]]:
@@ -120,14 +119,8 @@ class TopicPublisher(Committer[_Request]):
                         self._thread = None
                         return
                     self._cond.wait(timeout=1.0)
-                # The flush window: what arrives meanwhile joins this commit. Only
-                # where the commit is made (groups handed to the owner wait there).
-                opens = self._committed_at + flush_s
-                while self._committing_here and not self._closed:
-                    remaining = opens - time.monotonic()
-                    if remaining <= 0:
-                        break
-                    self._cond.wait(timeout=remaining)
+                # Only where the commit is made (groups handed to the owner wait there).
+                self._flush_window(flush_s, while_=lambda: self._committing_here)
                 group = self._take()
             self._commit(group)
             idle_since = time.monotonic()
