@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
-import anyio.from_thread
 import click
 import httpx
 
@@ -137,6 +136,8 @@ class DirectBackend:
     transport, with its lifespan run as a server runs it."""
 
     def __init__(self, lake: str) -> None:
+        import anyio.from_thread  # noqa: PLC0415 — ~0.1 s to import, only for --direct
+
         from api.app import create_app  # noqa: PLC0415 — the REST app loads only for --direct
 
         root = lake_root(lake)
