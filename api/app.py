@@ -11,12 +11,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 import lakepubsub
-from api import auth, console, docs, errors, models, schemas, snapshots, subscriptions, topics
+from api import auth, console, errors, models
 from api.deps import EngineDep, json_response
-from api.fast import FastRoutes
 from api.grpc import GrpcDoor, oneport
 from api.grpc.services import handlers
-from api.middleware import Admission, LimitBody, Metrics
+from api.rest import docs, schemas, snapshots, subscriptions, topics
+from api.rest.fast import FastRoutes
+from api.rest.middleware import Admission, LimitBody, Metrics
 from lakepubsub import Engine, Settings, gc_tuning, push
 from lakepubsub.peering.peers import Peering
 
@@ -76,7 +77,7 @@ def create_app(engine: Engine | None = None, *, grpc: bool | None = None) -> Fas
         version=lakepubsub.__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
-        docs_url=None,  # api/docs.py serves /docs with packaged assets
+        docs_url=None,  # api/rest/docs.py serves /docs with packaged assets
         redoc_url=None,  # ReDoc would load its script from a CDN
     )
     errors.install(app)
@@ -86,7 +87,7 @@ def create_app(engine: Engine | None = None, *, grpc: bool | None = None) -> Fas
     # so going first changes no match.
     app.include_router(topics.messaging)
     app.include_router(subscriptions.messaging)
-    # Publish is served before the router (api/fast.py), inside access control.
+    # Publish is served before the router (api/rest/fast.py), inside access control.
     app.add_middleware(FastRoutes)
     auth.install(app)  # [auth integration, issue 7] IAM routes first; access control middleware
     app.include_router(topics.router)
