@@ -40,7 +40,7 @@ def create_app(engine: Engine | None = None, *, grpc: bool | None = None) -> Fas
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.engine = engine or Engine(Settings.from_env())
-        # [push integration, issue 7] A server (not an app around a given engine)
+        # A server (not an app around a given engine)
         # runs push delivery in a background thread; LAKEPUBSUB_PUSH=false turns it off.
         app.state.push = None
         peering = None
@@ -89,7 +89,7 @@ def create_app(engine: Engine | None = None, *, grpc: bool | None = None) -> Fas
     app.include_router(subscriptions.messaging)
     # Publish is served before the router (api/rest/fast.py), inside access control.
     app.add_middleware(FastRoutes)
-    auth.install(app)  # [auth integration, issue 7] IAM routes first; access control middleware
+    auth.install(app)  # IAM routes first; access control middleware
     app.include_router(topics.router)
     app.include_router(subscriptions.router)
     app.include_router(snapshots.router)

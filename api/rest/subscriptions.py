@@ -76,8 +76,8 @@ def list_subscriptions(
 async def _submit(engine: Engine, work: Callable[..., T], *args: Any) -> T:
     """``work(*args)`` inline when it finds everything in the cached catalog; else on a
     worker thread (it reads storage). Parsing ack ids and queueing work for the
-    dispatcher hold the GIL either way, so the hop is pure cost: inline, REST pull + ack
-    by 4 consumers went from 52 to 54-59 thousand msgs/s (bench, 2026-11-26)."""
+    dispatcher hold the GIL either way, so the hop is pure cost (docs/architecture.md,
+    "Inline on the event loop")."""
     if engine.lookups_need_no_io():
         return work(*args)
     return await run_in_threadpool(work, *args)

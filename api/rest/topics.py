@@ -22,10 +22,9 @@ messaging = APIRouter(prefix="/v1/projects/{project}", tags=["topics"])
 
 # Publish bodies up to this size are decoded on the event loop when the topic
 # can be looked up without a storage read. Decoding holds the GIL either way, so a
-# worker thread only adds its hand-off. Inline, REST publish of 100 messages of
-# 1 KiB (about 140 KB of JSON) from 8 clients went from 23-25 to 18-21 s of server
-# CPU per million messages (bench, 2026-11-26).
-# Larger bodies go to a worker thread, so one request does not stall the loop long.
+# worker thread only adds its hand-off (docs/architecture.md, "Inline on the
+# event loop", has the measurement). Larger bodies go to a worker thread, so one
+# request does not stall the loop long.
 INLINE_PUBLISH_BYTES = 256 * 1024
 
 
