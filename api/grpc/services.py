@@ -21,7 +21,7 @@ from google.protobuf.message import Message
 from google.pubsub_v1.types import pubsub as ps
 from starlette.responses import Response
 
-from api import auth, convert, snapshots, subscriptions, topics
+from api import auth, convert
 from api import models as m
 from api.grpc.door import (
     Call,
@@ -36,6 +36,7 @@ from api.grpc.door import (
 from api.grpc.schema_service import METHODS as SCHEMA_METHODS
 from api.grpc.streaming import streaming_pull_handler
 from api.grpc.wire import add_received, pb, subscription_name, topic_name
+from api.rest import snapshots, subscriptions, topics
 from lakepubsub import errors
 from lakepubsub.publish import batches
 from lakepubsub.resources.iam import Resource
