@@ -46,6 +46,7 @@ from lakepubsub._lake import table_schemas
 from lakepubsub.resources.names import SubscriptionName, TopicName
 from lakepubsub.resources.subscriptions import Subscription, TruncationPolicy
 from lakepubsub.resources.topics import Topic
+from lakepubsub.spark import local_session
 from lakepubsub.spark._stats import FileStats as SparkFileStats
 
 DATA_BYTES = 1024
@@ -236,8 +237,6 @@ def main(argv: Sequence[str] | None = None) -> None:
             say(f"Offsets after: {len(offsets):,} rows, dense and unique: {dense}")
         finally:
             api.close()
-
-        from lakepubsub.spark import local_session
 
         session_started = time.perf_counter()
         spark = local_session("bench-jobs", "local[*]")

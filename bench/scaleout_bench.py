@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 CONSUMERS = 4
 PULL_MAX = 1000
 TIMEOUT_S = 120.0
+# A consumer stops after this many empty pulls in a row past the phase's end.
+EMPTY_PULLS_TO_STOP = 2
 T = TypeVar("T")
 # What each client process sends back: ("ok", its server, its count) or ("error", server, text).
 Results: TypeAlias = "Queue[tuple[str, str, int | str]]"
@@ -119,7 +121,7 @@ def _consumer(url: str, sub: str, seconds: float, barrier: Barrier, out: Results
         with lps._client(url) as client:
             barrier.wait(TIMEOUT_S)
             end = time.monotonic() + seconds
-            while time.monotonic() < end and empty < 2:
+            while time.monotonic() < end and empty < EMPTY_PULLS_TO_STOP:
                 received = lps._post(client, f"/v1/{sub}:pull", pull).get("receivedMessages", [])
                 empty = 0 if received else empty + 1
                 if received:

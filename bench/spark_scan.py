@@ -55,7 +55,12 @@ from pyspark.sql import DataFrame, SparkSession
 from bench import report as out
 from bench.harness.meter import tree_cpu_s
 from bench.harness.moto_server import MotoServer
+from lakepubsub import Engine, Settings
 from lakepubsub._lake.table_schemas import MESSAGES
+from lakepubsub.messages import PublishMessage
+from lakepubsub.publish.messages_table import MessagesTable
+from lakepubsub.resources.names import TopicName
+from lakepubsub.resources.topics import Topic
 from lakepubsub.spark import local_session
 from lakepubsub.spark.tables import configure_storage, spark_path
 
@@ -309,12 +314,6 @@ class Pty:
 
 def shell_latency(rows: int, runs: int) -> str:
     """Start-up and ``SELECT count(*)`` latency of the interactive ``lakepubsub sql``."""
-    from lakepubsub import Engine, Settings
-    from lakepubsub.messages import PublishMessage
-    from lakepubsub.publish.messages_table import MessagesTable
-    from lakepubsub.resources.names import TopicName
-    from lakepubsub.resources.topics import Topic
-
     load = os.getloadavg()
     command = str(Path(sys.executable).with_name("lakepubsub"))
     lines = [SHELL_SECTION, ""]
