@@ -351,10 +351,16 @@ func runPubsub(ctx context.Context, r *run) error {
 	switch r.o.mode {
 	case "publish":
 		return pubsubPublish(ctx, r)
-	case "drain":
-		return pubsubDrain(ctx, r)
-	case "latency":
-		return pubsubLatency(ctx, r)
+	case "drain", "latency":
+		client, err := pubsub.NewClient(ctx, r.o.project)
+		if err != nil {
+			return fmt.Errorf("client: %w", err)
+		}
+		defer client.Close()
+		if r.o.mode == "drain" {
+			return pubsubDrain(ctx, r, client)
+		}
+		return pubsubLatency(ctx, r, client)
 	}
 	return fmt.Errorf("unknown -mode %q", r.o.mode)
 }
@@ -457,13 +463,8 @@ func pubsubSubscriber(client *pubsub.Client, o options) *pubsub.Subscriber {
 	return sub
 }
 
-func pubsubDrain(ctx context.Context, r *run) error {
+func pubsubDrain(ctx context.Context, r *run, client *pubsub.Client) error {
 	o := r.o
-	client, err := pubsub.NewClient(ctx, o.project)
-	if err != nil {
-		return fmt.Errorf("client: %w", err)
-	}
-	defer client.Close()
 	sub := pubsubSubscriber(client, o)
 	s := newSeen(o.messages)
 	var acked, redelivered atomic.Int64
@@ -475,7 +476,7 @@ func pubsubDrain(ctx context.Context, r *run) error {
 		<-s.done
 		cancel()
 	}()
-	err = sub.Receive(rctx, func(_ context.Context, m *pubsub.Message) {
+	err := sub.Receive(rctx, func(_ context.Context, m *pubsub.Message) {
 		if len(m.Data) != messageBytes {
 			r.fail("message %s: %d bytes", m.ID, len(m.Data))
 		}
@@ -496,13 +497,8 @@ func pubsubDrain(ctx context.Context, r *run) error {
 	return nil
 }
 
-func pubsubLatency(ctx context.Context, r *run) error {
+func pubsubLatency(ctx context.Context, r *run, client *pubsub.Client) error {
 	o := r.o
-	client, err := pubsub.NewClient(ctx, o.project)
-	if err != nil {
-		return fmt.Errorf("client: %w", err)
-	}
-	defer client.Close()
 	publisher := client.Publisher(topicName(o))
 	publisher.PublishSettings.CountThreshold = 1
 	defer publisher.Stop()
