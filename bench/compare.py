@@ -1,7 +1,5 @@
 """The side-by-side benchmark: lakepubsub over REST and gRPC and NATS JetStream, one run.
 
-    python -m bench [compare] [--quick] [--s3] [--runs N] [--out DIR] [--only rest|grpc]
-
 NATS JetStream (``bench/peer_nats.py``), then lakepubsub on a local lake
 (``bench/peer_lakepubsub.py``), with ``--s3`` on moto S3 at ``S3_FRACTION`` of the
 message counts, then the gRPC cases (``bench/grpc_bench.py``). Writes ``report.md`` and

@@ -1,7 +1,5 @@
 """Library-level benchmark of the core engine (no HTTP): publish and pull+ack.
 
-    python -m bench core [--quick] [--s3] [--runs N] [--out DIR]
-
 Workloads (1 KiB messages, one process, real threads):
 - publish throughput: 8 threads publishing batches of 1,000;
 - publish latency: 8 threads each publishing one message at a time;

@@ -1,7 +1,5 @@
 """Floors: what the maintained parts cost before lakepubsub does any work.
 
-    python -m bench floors [--quick] [--runs N] [--out DIR]
-
 Single-message publish to servers that do nothing (uvicorn with an ASGI app; a grpcio
 server with the gRPC door's options), beside JetStream in the same run with the same
 clients; and in process: protobuf, parquet and lakepubsub's own commit. What each

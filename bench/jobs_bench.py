@@ -1,7 +1,5 @@
 """The maintenance jobs at scale: compaction of many small files, truncation of a large backlog.
 
-    python -m bench jobs [--messages N] [--files N] [--publishes N] [--quick]
-
 1. Builds a local lake with one topic whose messages table holds ``--messages``
    messages of 1 KiB random data in ``--files`` small files (committed 1,000
    files per commit, so the log is short and only the file count is large),

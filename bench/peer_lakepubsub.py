@@ -301,14 +301,7 @@ def publish(
 ) -> tuple[list[Report], ProcessUsage]:
     """Publish from one process per ``per_client`` entry, in batches of ``batch_size``."""
     jobs = [
-        _PublishJob(
-            url=server.url,
-            topic=topic,
-            batch_size=batch_size,
-            messages=messages,
-            first_index=sum(per_client[:c]),
-            prebuild=prebuild,
-        )
+        _PublishJob(server.url, topic, batch_size, messages, sum(per_client[:c]), prebuild)
         for c, messages in enumerate(per_client)
     ]
     return _run_clients(jobs, server_pid=server.pid)

@@ -1,7 +1,5 @@
 """Push delivery against a real server: throughput, latency, seed 003's back-off, auth cost.
 
-    python -m bench push [--quick] [--out DIR]
-
 Every server is ``lakepubsub serve`` on a fresh lake; the push endpoints are one
 HTTP/1.1 server on an asyncio loop in a thread of this process, answering each path
 as its scenario says and recording every request. The sections: bench/README.md,
@@ -22,6 +20,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from http import HTTPStatus
 
 import httpx
@@ -478,18 +477,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         backoff_paths[1]: nack_all,
     }
     with Endpoint(behaviours) as endpoint, Server() as server:
-        progress(f"push throughput: {sizes.backlog_messages:,} messages")
-        sections.append(
-            ("Push throughput", run_throughput(server, endpoint, sizes, paths["throughput"]))
-        )
-        progress("publish → push latency")
-        sections.append(
-            ("Publish → push latency", run_latency(server, endpoint, sizes, paths["latency"]))
-        )
-        progress(f"back-off (seed 003): {sizes.all_nack_duration_s:g} s")
-        sections.append(
-            ("Back-off (seed 003)", run_backoff(server, endpoint, sizes, backoff_paths))
-        )
+        for title, step, about in (
+            ("Push throughput", partial(run_throughput, path=paths["throughput"]),
+             f"push throughput: {sizes.backlog_messages:,} messages"),
+            ("Publish → push latency", partial(run_latency, path=paths["latency"]),
+             "publish → push latency"),
+            ("Back-off (seed 003)", partial(run_backoff, paths=backoff_paths),
+             f"back-off (seed 003): {sizes.all_nack_duration_s:g} s"),
+        ):  # fmt: skip
+            progress(about)
+            sections.append((title, step(server, endpoint, sizes)))
     progress("authentication cost on publish latency")
     sections.append(("Authentication cost on publish latency", run_auth(sizes)))
     load_end = os.getloadavg()

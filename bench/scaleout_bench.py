@@ -1,7 +1,5 @@
 """One topic and one subscription served by several API processes on one lake.
 
-    python -m bench scaleout [--servers 1,2] [--seconds 10] [--clients 8] [--s3] [--quick]
-
 The phases, figures and checks: bench/README.md, "Scale-out". Writes ``scaleout.md``
 (``scaleout-s3.md`` with ``--s3``). The measurement behind issue 17: one topic is one
 Delta table; the servers peer (lakepubsub/peering/), so one of them commits for it.

@@ -1,7 +1,5 @@
 """Schemas: what validation costs a publisher, and what a typed view costs a query.
 
-    python -m bench schema [--quick] [--publish-only] [--requests N] [--records N] [--runs N]
-
 1. **Publish.** A lakepubsub server (uvicorn, local lake) gets ``--requests``
    REST publish requests of 100 messages from 4 client threads, to a topic
    without a schema and to a topic with an Avro schema (BINARY), in

@@ -1,7 +1,5 @@
 """What delivery semantics cost over REST: plain, exactly-once and filtered pull + ack.
 
-    python -m bench semantics [--quick] [--runs N] [--out DIR]
-
 The three subscriptions, the backlog and the checks: bench/README.md, "Delivery
 semantics". Runs alternate between the cases so load on the machine falls on all
 alike; ``--quick`` shares one server (fresh topics still). Writes ``semantics.md``

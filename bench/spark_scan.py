@@ -1,7 +1,5 @@
 """Spark SQL over a messages table: delta-spark (``format("delta")``) vs ``spark.read.parquet``.
 
-    python -m bench spark [--rows N] [--files N] [--runs N] [--quick] [--s3]
-
 Builds a messages table with delta-rs (``--rows`` messages of 1 KiB
 incompressible data in ``--files`` commits, one file each, then a
 checkpoint) in a temp dir, or with ``--s3`` in the bucket of a moto S3
