@@ -627,10 +627,20 @@ func runNats(ctx context.Context, r *run) error {
 	switch r.o.mode {
 	case "publish":
 		return natsPublish(ctx, r)
-	case "drain":
-		return natsDrain(r)
-	case "latency":
-		return natsLatency(ctx, r)
+	case "drain", "latency":
+		// The receiver's connection, and the push consumer it binds to.
+		nc, js, err := natsConnect(r.o)
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		if err := natsPushConsumer(js, r.o); err != nil {
+			return err
+		}
+		if r.o.mode == "drain" {
+			return natsDrain(r, nc, js)
+		}
+		return natsLatency(ctx, r, nc, js)
 	}
 	return fmt.Errorf("unknown -mode %q", r.o.mode)
 }
@@ -744,16 +754,8 @@ func natsReceiver(js nats.JetStreamContext, o options, s *seen, acked, redeliver
 	return sub, nil
 }
 
-func natsDrain(r *run) error {
+func natsDrain(r *run, nc *nats.Conn, js nats.JetStreamContext) error {
 	o := r.o
-	nc, js, err := natsConnect(o)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	if err := natsPushConsumer(js, o); err != nil {
-		return err
-	}
 	s := newSeen(o.messages)
 	var acked, redelivered atomic.Int64
 	c := ready(o)
@@ -783,22 +785,14 @@ func natsDrain(r *run) error {
 	return nil
 }
 
-func natsLatency(ctx context.Context, r *run) error {
+func natsLatency(ctx context.Context, r *run, nc *nats.Conn, js nats.JetStreamContext) error {
 	o := r.o
-	nc, js, err := natsConnect(o)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
 	// The publisher has a connection of its own, as the Pub/Sub side has a stream of its own.
 	pnc, pjs, err := natsConnect(o)
 	if err != nil {
 		return err
 	}
 	defer pnc.Close()
-	if err := natsPushConsumer(js, o); err != nil {
-		return err
-	}
 	s := newSeen(o.messages)
 	var mu sync.Mutex
 	latencies := make([]float64, 0, o.messages)
