@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bench import workload as w
 from bench.report import fmt
@@ -18,13 +19,16 @@ COLORS = {NATS: "#4c72b0", LPS: "#dd8452", LPS_S3: "#55a868"}
 CHART_DPI = 110
 
 
+def _pyplot() -> Any:
+    """pyplot drawing to files, imported on the first chart: matplotlib is a dev extra, slow to
+    import, that only the charts need."""
+    importlib.import_module("matplotlib").use("Agg")
+    return importlib.import_module("matplotlib.pyplot")
+
+
 def throughput_chart(results: Sequence[w.Result], path: Path) -> None:
     """Grouped horizontal bars: throughput per case and system, min-max whiskers."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     found = [r for r in results if r.metric == w.THROUGHPUT]
     cases = list(dict.fromkeys(r.case for r in found))
     systems = [s for s in LABELS if any(r.system == s for r in found)]
@@ -55,11 +59,7 @@ def throughput_chart(results: Sequence[w.Result], path: Path) -> None:
 
 def latency_chart(done: Run, path: Path) -> None:
     """End-to-end latency CDF (latency case), and publish round-trip p50/p99 per publish case."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     results = done.results
     fig, (cdf, batches) = plt.subplots(1, 2, figsize=(13, 5.5))
     latency_case = done.workload.latency[0].name

@@ -1,7 +1,5 @@
 """The side-by-side benchmark: lakepubsub over REST and gRPC and NATS JetStream, one run.
 
-    python -m bench [compare] [--quick] [--s3] [--runs N] [--out DIR] [--only rest|grpc]
-
 NATS JetStream (``bench/peer_nats.py``), then lakepubsub on a local lake
 (``bench/peer_lakepubsub.py``), with ``--s3`` on moto S3 at ``S3_FRACTION`` of the
 message counts, then the gRPC cases (``bench/grpc_bench.py``). Writes ``report.md`` and
@@ -12,7 +10,6 @@ every publish client at ``QUICK_ROUND_TRIPS`` requests and checks the harness on
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import platform
@@ -21,14 +18,17 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import psutil
 
 from bench import grpc_bench, peer_nats
 from bench import peer_lakepubsub as lps
+from bench import report as report_
 from bench import workload as w
 from bench.charts import LABELS, latency_chart, throughput_chart
+from bench.harness.lakepubsub_server import S3_KINDS
 from bench.harness.nats_server import find_nats_server
 from bench.report import (
     EN_DASH,
@@ -41,6 +41,7 @@ from bench.report import (
     load,
     now,
     ratio,
+    side_by_side,
     software,
 )
 from bench.s3 import prices
@@ -73,6 +74,8 @@ _SIDE_BY_SIDE = (
 GRPC_PHASE = "grpc"
 _PHASES = {**LABELS, GRPC_PHASE: "gRPC cases"}
 _MILLION = 1_000_000
+# The pull + ack target is set for this many consumers (bench/README.md).
+_TARGET_PULL_CONSUMERS = 4
 
 Key = tuple[str, str, str]
 
@@ -167,11 +170,21 @@ def run(
         if checkpoint:
             checkpoint(done)
 
-    def timed(system: str, results: Callable[[list[float]], list[w.Result]]) -> None:
+    phases: list[tuple[str, Callable[..., list[w.Result]]]] = []
+    if rest:
+        phases += [
+            (peer_nats.SYSTEM, partial(peer_nats.run_all, workload)),
+            (lps.SYSTEM, partial(lps.run_all, workload, fresh_server=fresh_server)),
+        ]
+    if rest and s3_workload is not None:
+        phases.append(
+            (lps.SYSTEM_S3, partial(lps.run_all, s3_workload, s3=True, fresh_server=fresh_server))
+        )
+    for system, phase in phases:
         started = time.monotonic()
         samples: list[float] = []
         try:
-            done.results += results(samples)
+            done.results += phase(progress=progress, latency_samples=samples)
         except Exception as exc:  # the other phases still run; the report shows this one
             error = grpc_bench.describe(exc)
             done.failures.append(grpc_bench.Failure(system, "every case of the phase", error))
@@ -181,45 +194,11 @@ def run(
         if samples:
             done.latency_samples[system] = samples
         save()
-
-    if rest:
-        _run_rest(done, timed, progress=progress)
     if grpc_workload is not None:
         _run_grpc(done, grpc_workload, progress=progress, save=save)
     done.load_after = os.getloadavg()
     done.partial = False
     return done
-
-
-def _run_rest(
-    done: Run,
-    timed: Callable[[str, Callable[[list[float]], list[w.Result]]], None],
-    *,
-    progress: Callable[[str], None] | None,
-) -> None:
-    workload, s3_workload, fresh_server = done.workload, done.s3_workload, done.fresh_server
-
-    timed(
-        peer_nats.SYSTEM,
-        lambda samples: peer_nats.run_all(workload, progress=progress, latency_samples=samples),
-    )
-    timed(
-        lps.SYSTEM,
-        lambda samples: lps.run_all(
-            workload, fresh_server=fresh_server, progress=progress, latency_samples=samples
-        ),
-    )
-    if s3_workload is not None:
-        timed(
-            lps.SYSTEM_S3,
-            lambda samples: lps.run_all(
-                s3_workload,
-                s3=True,
-                fresh_server=fresh_server,
-                progress=progress,
-                latency_samples=samples,
-            ),
-        )
 
 
 def _run_grpc(
@@ -264,18 +243,11 @@ def _index(results: Iterable[w.Result], system: str) -> dict[Key, w.Result]:
 
 def side_by_side_table(results: Sequence[w.Result]) -> str:
     """lakepubsub (local lake) and NATS JetStream per case and figure, with lakepubsub ÷ NATS."""
-    ours, peer = _index(results, lps.SYSTEM), _index(results, peer_nats.SYSTEM)
-    keys = [k for k in dict.fromkeys([*ours, *peer]) if k[1] in _SIDE_BY_SIDE]
-    lines = [
-        "| case | metric | unit | lakepubsub | NATS JetStream | ratio |",
-        "| --- | --- | --- | ---: | ---: | ---: |",
-    ]
-    for key in keys:
-        mine, theirs = ours.get(key), peer.get(key)
-        lines.append(
-            f"| {' | '.join(key)} | {cell(mine)} | {cell(theirs)} | {ratio(mine, theirs)} |"
-        )
-    return "\n".join(lines)
+    labels = ("lakepubsub", "NATS JetStream")
+    found = side_by_side(
+        results, lps.SYSTEM, peer_nats.SYSTEM, labels, lambda key: key[1] in _SIDE_BY_SIDE
+    )
+    return "\n".join(found)
 
 
 @dataclass(frozen=True)
@@ -299,7 +271,7 @@ class Target:
 def targets(workload: w.Workload) -> list[Target]:
     """The targets (bench/README.md) for the REST API, as figures of this workload's cases."""
     publish = {(c.batch_size, c.clients): c.name for c in workload.publish}
-    pull = next(c.name for c in workload.pull if c.consumers == 4)
+    pull = next(c.name for c in workload.pull if c.consumers == _TARGET_PULL_CONSUMERS)
     found = [
         Target(
             f"publish, 8 clients, batches of {batch:,}",
@@ -374,7 +346,7 @@ def storage_table(results: Sequence[w.Result], system: str) -> str:
     s3 = any(r.metric == lps.s3_metric("put") for r in found)
     columns = ["Delta commits", "commit conflicts"]
     if s3:
-        columns += [kind.upper() for kind in lps.S3_KINDS] + ["request cost, USD"]
+        columns += [kind.upper() for kind in S3_KINDS] + ["request cost, USD"]
     lines = [
         f"| case (per 1M messages) | {' | '.join(columns)} |",
         f"| --- |{' ---: |' * len(columns)}",
@@ -387,10 +359,10 @@ def storage_table(results: Sequence[w.Result], system: str) -> str:
         if s3:
             by_kind = {
                 kind: by_case[case, lps.s3_metric(kind)]
-                for kind in lps.S3_KINDS
+                for kind in S3_KINDS
                 if (case, lps.s3_metric(kind)) in by_case
             }
-            cells += [cell(by_kind.get(kind)) for kind in lps.S3_KINDS]
+            cells += [cell(by_kind.get(kind)) for kind in S3_KINDS]
             cost = _cost_per_million(by_kind)
             cells.append(cell(cost) if cost is None else _money(cost))
         lines.append(f"| {case} | {' | '.join(cells)} |")
@@ -404,11 +376,6 @@ def _money(result: w.Result) -> str:
     if len(result.values) == 1:
         return usd(result.median)
     return f"{usd(result.median)} [{usd(result.min)}{EN_DASH}{usd(result.max)}]"
-
-
-def full_table(results: Sequence[w.Result], system: str) -> str:
-    """Every figure of one system (the S3 runs' own table)."""
-    return w.markdown_table(r for r in results if r.system == system)
 
 
 # The REST case each gRPC figure is shown beside: the closest one of the REST workload.
@@ -427,17 +394,10 @@ def _rest_counterparts(workload: w.Workload, grpc: grpc_bench.GrpcWorkload) -> d
     return {k: v for k, v in found.items() if v}
 
 
+# As the side-by-side table's, the drain time first, no memory.
 _GRPC_FIGURES = (
     w.DRAIN_TIME,
-    w.THROUGHPUT,
-    w.BATCH_LATENCY_P50,
-    w.BATCH_LATENCY_P99,
-    w.LATENCY_P50,
-    w.LATENCY_P99,
-    w.LATENCY_MAX,
-    w.ACHIEVED_RATE,
-    w.SERVER_CPU_PER_MILLION,
-    w.CLIENT_CPU_PER_MILLION,
+    *(m for m in _SIDE_BY_SIDE if m not in (w.DRAIN_TIME, w.SERVER_PEAK_RSS)),
 )
 _FAILED = "**failed**"
 
@@ -638,7 +598,7 @@ def report(done: Run, *, command: str, charts: tuple[str | None, str | None]) ->
             "",
             storage_table(done.results, lps.SYSTEM_S3),
             "",
-            full_table(done.results, lps.SYSTEM_S3),
+            w.markdown_table(r for r in done.results if r.system == lps.SYSTEM_S3),
             "",
         ]
     sections += [
@@ -693,15 +653,9 @@ def _chart(draw: Callable[[Path], None], out: Path, name: str | None) -> str | N
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench",
-        description="The side-by-side benchmark: lakepubsub over REST and gRPC, and NATS "
-        "JetStream.",
-    )
-    parser.add_argument("--quick", action="store_true", help="CI sizes, one run, a few minutes")
+    parser = report_.parser(__doc__ or "", quick="CI sizes, one run, a few minutes")
     parser.add_argument("--s3", action="store_true", help="also run lakepubsub on moto S3")
     parser.add_argument("--runs", type=int, default=None, help="runs of every case")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="report directory")
     parser.add_argument(
         "--only",
         choices=("rest", "grpc"),
@@ -718,10 +672,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     s3_workload = scaled(workload, S3_FRACTION) if args.s3 and not args.quick else None
     if args.s3 and args.quick:
         s3_workload = workload
-    started = time.monotonic()
-
-    def progress(line: str) -> None:
-        print(f"[{time.monotonic() - started:7.1f} s] {line}", file=sys.stderr, flush=True)
+    progress = report_.progress()
 
     # A gRPC-only run has report-grpc.md of its own: it never replaces the full report.
     suffix = ("-grpc" if not rest else "") + ("-quick" if args.quick else "")

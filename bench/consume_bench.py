@@ -1,7 +1,5 @@
 """Scheduled batch consumers: the Delta-transaction design against Structured Streaming.
 
-    python -m bench consume [--messages N] [--incremental N] [--runs N] [--quick]
-
 On a local lake, each round publishes ``--messages`` 1 KiB messages (batches
 of 1,000, one commit each) to a new topic with two subscriptions, then runs
 both consumers of ``jobs/`` on the same data, for two transformations:

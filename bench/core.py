@@ -1,7 +1,5 @@
 """Library-level benchmark of the core engine (no HTTP): publish and pull+ack.
 
-    python -m bench core [--quick] [--s3] [--runs N] [--out DIR]
-
 Workloads (1 KiB messages, one process, real threads):
 - publish throughput: 8 threads publishing batches of 1,000;
 - publish latency: 8 threads each publishing one message at a time;
@@ -150,13 +148,17 @@ def bench_pull(engine: Engine, sizes: Sizes, data: list[bytes]) -> dict[str, flo
     return {"msgs_per_s": delivered / elapsed, "commits_per_msg": commits / max(delivered, 1)}
 
 
+# Figures from this size on are shown whole; smaller ones to three significant figures.
+_WHOLE_FROM = 10
+
+
 def fmt(values: list[float]) -> str:
     med = statistics.median(values)
     if len(values) == 1:
-        return f"{med:,.3g}" if med < 10 else f"{med:,.0f}"
+        return f"{med:,.3g}" if med < _WHOLE_FROM else f"{med:,.0f}"
     return (
         f"{med:,.3g} [{min(values):,.3g}-{max(values):,.3g}]"
-        if med < 10
+        if med < _WHOLE_FROM
         else f"{med:,.0f} [{min(values):,.0f}-{max(values):,.0f}]"
     )
 

@@ -1,7 +1,5 @@
 """What a million 1 KiB messages cost on S3: published once, delivered once.
 
-    python -m bench cost [--messages 100000] [--batch 100] [--quick]
-
 One server on a moto S3 lake; 8 clients publish in batches over REST, one
 consumer drains (pull 1,000 + ack). moto's request log gives each phase's S3
 requests by kind, priced at list prices (``bench/s3/prices.py``) and scaled to a

@@ -30,6 +30,8 @@ FILTERS = {
 LABEL_QUERIES = {"label in": "region in (eu, us) AND NOT priority"}
 SEED = 7
 EMPTY_ROW_FRACTION = 0.1
+# Shares of the rows with each optional attribute.
+LANGUAGE_FRACTION, PRIORITY_FRACTION, SOURCE_FRACTION = 0.5, 0.3, 0.1
 
 
 def make_rows(count: int) -> list[dict[str, str] | None]:
@@ -45,11 +47,11 @@ def make_rows(count: int) -> list[dict[str, str] | None]:
             "region": rng.choice(["eu", "us", "asia"]),
             "id": str(index),
         }
-        if rng.random() < 0.5:
+        if rng.random() < LANGUAGE_FRACTION:
             row["iana.org/language_tag"] = rng.choice(["en", "fr", "ja"])
-        if rng.random() < 0.3:
+        if rng.random() < PRIORITY_FRACTION:
             row["priority"] = "high"
-        if rng.random() < 0.1:
+        if rng.random() < SOURCE_FRACTION:
             row["source"] = "test"
         rows.append(row)
     return rows

@@ -1,7 +1,5 @@
 """Overload: single-message REST publishes at twice the server's capacity.
 
-    python -m bench flood [--quick] [--seconds 30] [--factor 2] [--connections 2048]
-
 What it sends, counts and checks: bench/README.md, "Overload". Writes ``flood.md``.
 """
 

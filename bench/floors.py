@@ -1,7 +1,5 @@
 """Floors: what the maintained parts cost before lakepubsub does any work.
 
-    python -m bench floors [--quick] [--runs N] [--out DIR]
-
 Single-message publish to servers that do nothing (uvicorn with an ASGI app; a grpcio
 server with the gRPC door's options), beside JetStream in the same run with the same
 clients; and in process: protobuf, parquet and lakepubsub's own commit. What each
@@ -385,7 +383,6 @@ def _in_process(commits: int) -> list[w.Result]:
 def write_report(
     results: Sequence[w.Result], *, command: str, minutes: float, load: Sequence[float]
 ) -> list[str]:
-    by_key = {(r.system, r.case, r.metric): r for r in results}
     lines = [
         *report.header(
             "Floors: what the maintained parts cost before lakepubsub does any work",
@@ -402,27 +399,19 @@ def write_report(
         "every message, through nats-py (`rest` rows) and nats.go (`grpc` rows). CPU is user "
         "+ system seconds per million messages (µs per message).",
         "",
-        "| case | metric | unit | empty server | NATS JetStream | ratio |",
-        "| --- | --- | --- | ---: | ---: | ---: |",
+        *report.side_by_side(
+            results, FLOOR, peer_nats.SYSTEM, ("empty server", "NATS JetStream"),
+            lambda key: key[0] != IN_PROCESS,
+        ),
+    ]  # fmt: skip
+    in_process = [(r.metric, r.unit, report.cell(r)) for r in results if r.case == IN_PROCESS]
+    return [
+        *lines,
+        "",
+        "## In process",
+        "",
+        *report.table(["floor", "unit", "value"], in_process, right=2),
     ]
-    cases = dict.fromkeys(r.case for r in results if r.case != IN_PROCESS)
-    for case in cases:
-        for metric in dict.fromkeys(r.metric for r in results if r.case == case):
-            floor, peer = (
-                by_key.get((FLOOR, case, metric)),
-                by_key.get((peer_nats.SYSTEM, case, metric)),
-            )
-            either = floor or peer
-            unit = either.unit if either is not None else ""
-            lines.append(
-                f"| {case} | {metric} | {unit} | {report.cell(floor)} | {report.cell(peer)} "
-                f"| {report.ratio(floor, peer)} |"
-            )
-    lines += ["", "## In process", "", "| floor | unit | value |", "| --- | --- | ---: |"]
-    for r in results:
-        if r.case == IN_PROCESS:
-            lines.append(f"| {r.metric} | {r.unit} | {report.cell(r)} |")
-    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -9,9 +9,7 @@ the other runs still run.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import importlib.metadata
 import json
 import os
 import shutil
@@ -29,9 +27,10 @@ from typing import Any
 from bench import gobuild, peer_nats
 from bench import peer_lakepubsub as lps
 from bench import workload as w
-from bench.harness.lakepubsub_server import BenchError, LakePubSubServer
+from bench.harness.lakepubsub_server import BenchError, servers
 from bench.harness.meter import ProcessMeter, ProcessUsage
 from bench.harness.nats_server import NatsServer
+from bench.report import executable_version, version
 
 SYSTEMS = (peer_nats.SYSTEM, lps.SYSTEM)
 # The push consumers the load generator creates on the NATS side.
@@ -137,9 +136,7 @@ def workload_lines(workload: GrpcWorkload) -> list[str]:
 
 def software_line() -> str:
     """The gRPC cases' software: Go, the client modules (``bench/loadgen/go.mod``), grpcio."""
-    go = subprocess.run(
-        ["go", "version"], capture_output=True, text=True, timeout=60, check=False
-    ).stdout.strip() if shutil.which("go") else "no Go on PATH"  # fmt: skip
+    go = executable_version("go", "version") if shutil.which("go") else "no Go on PATH"
     wanted = (
         "cloud.google.com/go/pubsub/v2",
         "github.com/nats-io/nats.go",
@@ -148,15 +145,11 @@ def software_line() -> str:
     modules = []
     for line in (gobuild.LOADGEN / "go.mod").read_text().splitlines():
         parts = line.split()
-        if len(parts) >= 2 and parts[0] in wanted:
+        if len(parts) > 1 and parts[0] in wanted:
             modules.append(f"{parts[0]} {parts[1]}")
-    try:
-        grpcio = importlib.metadata.version("grpcio")
-    except importlib.metadata.PackageNotFoundError:
-        grpcio = "not installed"
     return (
         f"- **gRPC cases:** {go}; `bench/loadgen` with {', '.join(modules)}; "
-        f"the server's grpcio {grpcio}"
+        f"the server's grpcio {version('grpcio')}"
     )
 
 
@@ -401,8 +394,7 @@ def run_all(
         ),
     ]
     ack_s = workload.ack_deadline_s
-    with contextlib.ExitStack() as stack:
-        shared = None if fresh_server else stack.enter_context(LakePubSubServer(serve=True))
+    with servers(fresh=fresh_server, serve=True) as lakepubsub_server:
         for name, run in cases:
             for i in range(workload.runs):
                 for system in SYSTEMS:
@@ -413,11 +405,7 @@ def run_all(
                             with NatsServer() as nats_server:
                                 raw += run(peer_nats.Side(nats_server, ack_s, durable=PUSH_DURABLE))
                             continue
-                        with (
-                            contextlib.nullcontext(shared)
-                            if shared
-                            else LakePubSubServer(serve=True) as server
-                        ):
+                        with lakepubsub_server() as server:
                             raw += run(lps.Side(server, ack_s))
                     except Exception as exc:
                         if progress:

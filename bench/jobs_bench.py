@@ -1,7 +1,5 @@
 """The maintenance jobs at scale: compaction of many small files, truncation of a large backlog.
 
-    python -m bench jobs [--messages N] [--files N] [--publishes N] [--quick]
-
 1. Builds a local lake with one topic whose messages table holds ``--messages``
    messages of 1 KiB random data in ``--files`` small files (committed 1,000
    files per commit, so the log is short and only the file count is large),
@@ -46,6 +44,7 @@ from lakepubsub._lake import table_schemas
 from lakepubsub.resources.names import SubscriptionName, TopicName
 from lakepubsub.resources.subscriptions import Subscription, TruncationPolicy
 from lakepubsub.resources.topics import Topic
+from lakepubsub.spark import local_session
 from lakepubsub.spark._stats import FileStats as SparkFileStats
 
 DATA_BYTES = 1024
@@ -236,8 +235,6 @@ def main(argv: Sequence[str] | None = None) -> None:
             say(f"Offsets after: {len(offsets):,} rows, dense and unique: {dense}")
         finally:
             api.close()
-
-        from lakepubsub.spark import local_session
 
         session_started = time.perf_counter()
         spark = local_session("bench-jobs", "local[*]")

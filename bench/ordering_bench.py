@@ -1,7 +1,5 @@
 """Ordered delivery: drain a backlog published on a few ordering keys, checking order.
 
-    python -m bench ordering [--messages N] [--keys K] [--quick]
-
 bench/README.md, "Ordered delivery". Writes ``ordering.md`` (full size only).
 """
 

@@ -32,6 +32,7 @@ from bench.harness.lakepubsub_server import (
     BenchError,
     Counters,
     LakePubSubServer,
+    servers,
 )
 from bench.harness.meter import ProcessUsage
 
@@ -58,7 +59,6 @@ REQUESTS_PER_MILLION = "requests/1M msgs"
 _JSON = {"content-type": "application/json"}
 _SENT_KEY = SENT_NS_ATTRIBUTE.encode()
 _NS_PER_MS = 1_000_000
-_NS_PER_S = 1_000_000_000
 _MILLION = 1_000_000
 
 
@@ -79,7 +79,7 @@ def _client(url: str, *, connections: int = 1) -> Iterator[httpx.Client]:
 def _post(client: httpx.Client, path: str, body: bytes) -> dict[str, Any]:
     """POST a prebuilt JSON body; anything but 200 fails the run, with the answer."""
     response = client.post(path, content=body)
-    if response.status_code != 200:
+    if response.status_code != httpx.codes.OK:
         raise BenchError(f"POST {path}: HTTP {response.status_code}: {response.text[:1000]}")
     doc: dict[str, Any] = orjson.loads(response.content) if response.content else {}
     return doc
@@ -170,11 +170,9 @@ class ConsumeJob:
                     _check_attribute(items, *self.required_attribute)
                 _post(client, ack_path, _ack_body(items))
                 last_acked_s = time.monotonic()
-                first_deliveries = sum(1 for item in items if _first_delivery(item))
-                received += len(items)
-                redelivered += len(items) - first_deliveries
-                with ctx.acked.get_lock():
-                    ctx.acked.value += first_deliveries
+                firsts = sum(1 for item in items if _first_delivery(item))
+                received, redelivered = received + len(items), redelivered + len(items) - firsts
+                ctx.add_acked(firsts)
             # Not the time of leaving the loop: that can be an idle pull later.
             return clock.report(received, end_s=last_acked_s, redelivered=redelivered)
 
@@ -194,7 +192,6 @@ class _LatencyPublishJob:
             for i in range(self.messages)
         ]
         tail = b'"}}]}'
-        interval_ns = _NS_PER_S / self.rate_per_s
         with (
             _client(self.url, connections=LATENCY_MAX_IN_FLIGHT) as client,
             ThreadPoolExecutor(LATENCY_MAX_IN_FLIGHT) as senders,
@@ -203,8 +200,7 @@ class _LatencyPublishJob:
             start_ns = time.monotonic_ns()
             sent = []
             for i in range(self.messages):
-                if (delay_ns := start_ns + i * interval_ns - time.monotonic_ns()) > 0:
-                    time.sleep(delay_ns / _NS_PER_S)
+                time.sleep(w.due_s(start_ns, i, self.rate_per_s))
                 body = heads[i] + str(time.monotonic_ns()).encode() + tail
                 sent.append(senders.submit(_post, client, path, body))
             for request in sent:
@@ -305,14 +301,7 @@ def publish(
 ) -> tuple[list[Report], ProcessUsage]:
     """Publish from one process per ``per_client`` entry, in batches of ``batch_size``."""
     jobs = [
-        _PublishJob(
-            url=server.url,
-            topic=topic,
-            batch_size=batch_size,
-            messages=messages,
-            first_index=sum(per_client[:c]),
-            prebuild=prebuild,
-        )
+        _PublishJob(server.url, topic, batch_size, messages, sum(per_client[:c]), prebuild)
         for c, messages in enumerate(per_client)
     ]
     return _run_clients(jobs, server_pid=server.pid)
@@ -376,7 +365,24 @@ class Side:
     def figures(
         self, case: str, usage: ProcessUsage, client_cpu_s: float, messages: int
     ) -> list[w.Result]:
-        return figures(self.server, case, usage, client_cpu_s, messages, self._before, self._after)
+        """CPU and memory, Delta commits and conflicts, and on S3 requests, per million messages."""
+        system, before, after = self.system, self._before, self._after
+        per_million = _MILLION / messages
+        figure = partial(w.result, system, case)
+        found = [
+            *w.usage_figures(system, case, usage, client_cpu_s=client_cpu_s, messages=messages),
+            figure(DELTA_COMMITS_PER_MILLION, COMMITS_PER_MILLION,
+                   (after.commits - before.commits) * per_million),
+            figure(COMMIT_CONFLICTS_PER_MILLION, COMMITS_PER_MILLION,
+                   (after.conflicts - before.conflicts) * per_million),
+        ]  # fmt: skip
+        if self.server.moto is not None:
+            requests = self.server.moto.requests_since(before.moto_log_offset)
+            found += [
+                figure(s3_metric(kind), REQUESTS_PER_MILLION, requests[kind] * per_million)
+                for kind in S3_KINDS
+            ]
+        return found
 
     def loadgen_args(self) -> tuple[list[str], dict[str, str]]:
         """``bench/loadgen``'s arguments and environment for this topic and subscription."""
@@ -389,7 +395,7 @@ class Side:
         self.ran()
         return found
 
-    def consume(self, case: w.PullCase | w.DrainCase) -> tuple[list[Report], ProcessUsage]:
+    def consume(self, case: w.PullCase) -> tuple[list[Report], ProcessUsage]:
         found = consume(
             self.server,
             self.subscription,
@@ -422,12 +428,11 @@ def run_all(
     Without ``fresh_server`` one server serves every run (each still on a
     fresh topic and subscription): seconds less per run, for CI.
     """
-    with contextlib.ExitStack() as stack:
-        shared = None if fresh_server else stack.enter_context(LakePubSubServer(s3=s3))
+    with servers(fresh=fresh_server, s3=s3) as server:
         return w.run_cases(
             workload,
             system=SYSTEM_S3 if s3 else SYSTEM,
-            server=lambda: contextlib.nullcontext(shared) if shared else LakePubSubServer(s3=s3),
+            server=server,
             side=Side,
             progress=progress,
             latency_samples=latency_samples,
@@ -440,37 +445,3 @@ def run_all(
 def s3_metric(kind: str) -> str:
     """The metric name of S3 ``kind`` requests per million messages."""
     return f"s3_{kind}_per_million_msgs"
-
-
-def figures(
-    server: LakePubSubServer,
-    case: str,
-    usage: ProcessUsage,
-    client_cpu_s: float,
-    messages: int,
-    before: Counters,
-    after: Counters,
-) -> list[w.Result]:
-    """CPU and memory, Delta commits and conflicts, and on S3 requests, per million messages."""
-    per_million = _MILLION / messages
-    figure = partial(w.result, server.system, case)
-    found = [
-        *w.usage_figures(server.system, case, usage, client_cpu_s=client_cpu_s, messages=messages),
-        figure(
-            DELTA_COMMITS_PER_MILLION,
-            COMMITS_PER_MILLION,
-            (after.commits - before.commits) * per_million,
-        ),
-        figure(
-            COMMIT_CONFLICTS_PER_MILLION,
-            COMMITS_PER_MILLION,
-            (after.conflicts - before.conflicts) * per_million,
-        ),
-    ]
-    if server.moto is not None:
-        requests = server.moto.requests_since(before.moto_log_offset)
-        found += [
-            figure(s3_metric(kind), REQUESTS_PER_MILLION, requests[kind] * per_million)
-            for kind in S3_KINDS
-        ]
-    return found

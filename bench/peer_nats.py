@@ -57,6 +57,15 @@ async def _connect(url: str) -> AsyncIterator[tuple[NatsClient, JetStreamContext
         await nc.close()
 
 
+@contextlib.asynccontextmanager
+async def _pull_consumer(
+    url: str,
+) -> AsyncIterator[tuple[NatsClient, JetStreamContext.PullSubscription]]:
+    """A connection, and a subscription bound to the run's durable pull consumer."""
+    async with _connect(url) as (nc, js):
+        yield nc, await js.pull_subscribe_bind(durable=DURABLE, stream=STREAM)
+
+
 @dataclass(frozen=True)
 class _PublishJob:
     url: str
@@ -86,8 +95,7 @@ class _ConsumeJob:
     total: int
 
     async def run(self, ctx: Context) -> Report:
-        async with _connect(self.url) as (nc, js):
-            sub = await js.pull_subscribe_bind(durable=DURABLE, stream=STREAM)
+        async with _pull_consumer(self.url) as (nc, sub):
             received = redelivered = 0
             clock = await ctx.start_async()
             last_acked_s = clock.start_s
@@ -96,19 +104,14 @@ class _ConsumeJob:
                     msgs = await sub.fetch(self.max_messages_per_pull, timeout=FETCH_TIMEOUT_S)
                 except TimeoutError:  # nats-py raises its own subclass or the builtin
                     continue
-                first_deliveries = 0
                 for msg in msgs:
                     await msg.ack()
-                    if msg.metadata.num_delivered > 1:
-                        redelivered += 1
-                    else:
-                        first_deliveries += 1
                 # A round trip: the server has read this batch's acks.
                 await nc.flush()
                 last_acked_s = time.monotonic()
-                received += len(msgs)
-                with ctx.acked.get_lock():
-                    ctx.acked.value += first_deliveries
+                again = sum(1 for msg in msgs if msg.metadata.num_delivered > 1)
+                received, redelivered = received + len(msgs), redelivered + again
+                ctx.add_acked(len(msgs) - again)
             # Not the time of leaving the loop: that can be an idle fetch later.
             return clock.report(received, end_s=last_acked_s, redelivered=redelivered)
 
@@ -121,14 +124,11 @@ class _LatencyPublishJob:
 
     async def run(self, ctx: Context) -> Report:
         async with _connect(self.url) as (_, js):
-            interval_ns = 1_000_000_000 / self.rate_per_s
             acks = []
             clock = await ctx.start_async()
             start_ns = time.monotonic_ns()
             for i in range(self.messages):
-                due_ns = start_ns + i * interval_ns
-                if (delay_ns := due_ns - time.monotonic_ns()) > 0:
-                    await asyncio.sleep(delay_ns / 1e9)
+                await asyncio.sleep(w.due_s(start_ns, i, self.rate_per_s))
                 headers = {SENT_NS_HEADER: str(time.monotonic_ns())}
                 acks.append(await js.publish_async(SUBJECT, w.payload(i), headers=headers))
             await asyncio.gather(*acks)
@@ -143,8 +143,7 @@ class _LatencyConsumeJob:
     deadline_s: float
 
     async def run(self, ctx: Context) -> Report:
-        async with _connect(self.url) as (nc, js):
-            sub = await js.pull_subscribe_bind(durable=DURABLE, stream=STREAM)
+        async with _pull_consumer(self.url) as (nc, sub):
             latencies_ms: list[float] = []
             clock = await ctx.start_async()
             while len(latencies_ms) < self.messages:
@@ -229,8 +228,12 @@ def publish_backlog(server: NatsServer, messages: int) -> None:
     """``messages`` published (untimed) by ``PREFILL_CLIENTS`` processes; all stored."""
     per_client = [len(range(c, messages, PREFILL_CLIENTS)) for c in range(PREFILL_CLIENTS)]
     _publish(server, PREFILL_BATCH, per_client)
-    if (stored := asyncio.run(stream_messages(server.url))) != messages:
-        raise BenchError(f"stream holds {stored} messages, {messages} were published")
+    check_stored(server, messages)
+
+
+def check_stored(server: NatsServer, n: int) -> None:
+    if (stored := asyncio.run(stream_messages(server.url))) != n:
+        raise BenchError(f"stream holds {stored} messages, {n} were published")
 
 
 def _publish(
@@ -268,8 +271,7 @@ class Side:
         pass
 
     def check_stored(self, n: int) -> None:
-        if (stored := asyncio.run(stream_messages(self.server.url))) != n:
-            raise BenchError(f"stream holds {stored} messages, {n} were published")
+        check_stored(self.server, n)
 
     def check_acked(self, n: int) -> None:
         asyncio.run(check_all_acked(self.server.url, n, durable=self._durable))
@@ -288,7 +290,7 @@ class Side:
     def publish(self, case: w.PublishCase) -> tuple[list[Report], ProcessUsage]:
         return _publish(self.server, case.batch_size, [case.messages_per_client] * case.clients)
 
-    def consume(self, case: w.PullCase | w.DrainCase) -> tuple[list[Report], ProcessUsage]:
+    def consume(self, case: w.PullCase) -> tuple[list[Report], ProcessUsage]:
         job = _ConsumeJob(self.server.url, case.max_messages_per_pull, case.backlog_messages)
         return run_clients([job] * case.consumers, server_pid=self.server.pid)
 

@@ -1,7 +1,5 @@
 """Push delivery against a real server: throughput, latency, seed 003's back-off, auth cost.
 
-    python -m bench push [--quick] [--out DIR]
-
 Every server is ``lakepubsub serve`` on a fresh lake; the push endpoints are one
 HTTP/1.1 server on an asyncio loop in a thread of this process, answering each path
 as its scenario says and recording every request. The sections: bench/README.md,
@@ -22,6 +20,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from http import HTTPStatus
 
 import httpx
@@ -53,6 +52,8 @@ _NS_PER_MS = 1_000_000
 _SENT = lps.SENT_NS_ATTRIBUTE
 # All-nack deliveries closer than this were sent together, not after a pause.
 BURST_GAP_S = 0.01
+# Fewer deliveries than these give no interval to measure (after the first, unmeasured one).
+MIN_ONE_IN_FIVE_DELIVERIES, MIN_ALL_NACK_DELIVERIES = 3, 2
 
 
 @dataclass(frozen=True)
@@ -205,7 +206,7 @@ class Endpoint:
 
 def _put(client: httpx.Client, path: str, body: dict[str, object]) -> None:
     response = client.put(f"/v1/{path}", content=orjson.dumps(body))
-    if response.status_code != 200:
+    if response.status_code != httpx.codes.OK:
         raise BenchError(f"PUT {path}: HTTP {response.status_code}: {response.text[:1000]}")
 
 
@@ -353,7 +354,7 @@ def run_backoff(
 
 
 def _one_in_five(arrivals: Sequence[Arrival], ended_ns: int, sizes: Sizes) -> list[str]:
-    if len(arrivals) < 3:
+    if len(arrivals) < MIN_ONE_IN_FIVE_DELIVERIES:
         raise BenchError(f"one-in-five: only {len(arrivals)} deliveries")
     from_ns = arrivals[0].at_ns + round(sizes.one_in_five_warmup_s * _NS_PER_S)
     times = [a.at_ns for a in arrivals if from_ns <= a.at_ns <= ended_ns]
@@ -376,7 +377,7 @@ def _one_in_five(arrivals: Sequence[Arrival], ended_ns: int, sizes: Sizes) -> li
 
 
 def _all_nacked(arrivals: Sequence[Arrival]) -> list[str]:
-    if len(arrivals) < 2:
+    if len(arrivals) < MIN_ALL_NACK_DELIVERIES:
         raise BenchError(f"all-nack: only {len(arrivals)} deliveries")
     at_s = [(a.at_ns - arrivals[0].at_ns) / _NS_PER_S for a in arrivals]
     gaps = [b - a for a, b in itertools.pairwise(at_s)]
@@ -437,7 +438,7 @@ def run_auth(sizes: Sizes) -> list[str]:
                 lps._post(client, f"/v1/{topic}:publish", body)
                 if i >= sizes.auth_warmup_publishes:
                     samples[k].append(time.monotonic_ns() - sent)
-    if unauthenticated.status_code != 401:
+    if unauthenticated.status_code != httpx.codes.UNAUTHORIZED:
         raise BenchError(f"the keyed server answered {unauthenticated.status_code} without a key")
     plain, keyed = samples
     rows: list[tuple[object, ...]] = [
@@ -476,18 +477,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         backoff_paths[1]: nack_all,
     }
     with Endpoint(behaviours) as endpoint, Server() as server:
-        progress(f"push throughput: {sizes.backlog_messages:,} messages")
-        sections.append(
-            ("Push throughput", run_throughput(server, endpoint, sizes, paths["throughput"]))
-        )
-        progress("publish → push latency")
-        sections.append(
-            ("Publish → push latency", run_latency(server, endpoint, sizes, paths["latency"]))
-        )
-        progress(f"back-off (seed 003): {sizes.all_nack_duration_s:g} s")
-        sections.append(
-            ("Back-off (seed 003)", run_backoff(server, endpoint, sizes, backoff_paths))
-        )
+        for title, step, about in (
+            ("Push throughput", partial(run_throughput, path=paths["throughput"]),
+             f"push throughput: {sizes.backlog_messages:,} messages"),
+            ("Publish → push latency", partial(run_latency, path=paths["latency"]),
+             "publish → push latency"),
+            ("Back-off (seed 003)", partial(run_backoff, paths=backoff_paths),
+             f"back-off (seed 003): {sizes.all_nack_duration_s:g} s"),
+        ):  # fmt: skip
+            progress(about)
+            sections.append((title, step(server, endpoint, sizes)))
     progress("authentication cost on publish latency")
     sections.append(("Authentication cost on publish latency", run_auth(sizes)))
     load_end = os.getloadavg()

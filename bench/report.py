@@ -15,7 +15,7 @@ import platform
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,6 +28,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 EN_DASH = "\u2013"  # between the ends of a range
 NONE = "\u2014"  # no figure
 _GIB = 1024**3
+# Figures from this size on are shown whole.
+_WHOLE_FROM = 100
 
 
 def now() -> str:
@@ -58,7 +60,7 @@ def fmt(value: float) -> str:
     """Three significant figures or so; thousands separated."""
     if value == 0:
         return "0"
-    if abs(value) >= 100:
+    if abs(value) >= _WHOLE_FROM:
         return f"{value:,.0f}"
     if abs(value) >= 1:
         return f"{value:.2f}"
@@ -87,6 +89,25 @@ def table(header: Sequence[str], rows: Iterable[Sequence[object]], *, right: int
     align = ["---" if i < right else "---:" for i in range(len(header))]
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
     return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+
+
+def side_by_side(
+    results: Iterable[Result],
+    ours: str,
+    peer: str,
+    labels: Sequence[str],
+    keep: Callable[[tuple[str, str, str]], bool] = lambda _: True,
+) -> list[str]:
+    """Two systems' figures per (case, metric, unit) that ``keep`` keeps, with ours ÷ peer."""
+    found: dict[tuple[str, str, str, str], Result] = {}
+    for r in results:
+        found[r.system, r.case, r.metric, r.unit] = r
+    keys = [k[1:] for s in (ours, peer) for k in found if k[0] == s and keep(k[1:])]
+    rows = []
+    for key in dict.fromkeys(keys):
+        mine, theirs = found.get((ours, *key)), found.get((peer, *key))
+        rows.append((*key, cell(mine), cell(theirs), ratio(mine, theirs)))
+    return table(["case", "metric", "unit", *labels, "ratio"], rows, right=3)
 
 
 def header(title: str, *, command: str, about: str = "") -> list[str]:

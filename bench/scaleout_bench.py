@@ -1,7 +1,5 @@
 """One topic and one subscription served by several API processes on one lake.
 
-    python -m bench scaleout [--servers 1,2] [--seconds 10] [--clients 8] [--s3] [--quick]
-
 The phases, figures and checks: bench/README.md, "Scale-out". Writes ``scaleout.md``
 (``scaleout-s3.md`` with ``--s3``). The measurement behind issue 17: one topic is one
 Delta table; the servers peer (lakepubsub/peering/), so one of them commits for it.
@@ -32,6 +30,8 @@ if TYPE_CHECKING:
 CONSUMERS = 4
 PULL_MAX = 1000
 TIMEOUT_S = 120.0
+# A consumer stops after this many empty pulls in a row past the phase's end.
+EMPTY_PULLS_TO_STOP = 2
 T = TypeVar("T")
 # What each client process sends back: ("ok", its server, its count) or ("error", server, text).
 Results: TypeAlias = "Queue[tuple[str, str, int | str]]"
@@ -119,7 +119,7 @@ def _consumer(url: str, sub: str, seconds: float, barrier: Barrier, out: Results
         with lps._client(url) as client:
             barrier.wait(TIMEOUT_S)
             end = time.monotonic() + seconds
-            while time.monotonic() < end and empty < 2:
+            while time.monotonic() < end and empty < EMPTY_PULLS_TO_STOP:
                 received = lps._post(client, f"/v1/{sub}:pull", pull).get("receivedMessages", [])
                 empty = 0 if received else empty + 1
                 if received:

@@ -1,7 +1,5 @@
 """Schemas: what validation costs a publisher, and what a typed view costs a query.
 
-    python -m bench schema [--quick] [--publish-only] [--requests N] [--records N] [--runs N]
-
 1. **Publish.** A lakepubsub server (uvicorn, local lake) gets ``--requests``
    REST publish requests of 100 messages from 4 client threads, to a topic
    without a schema and to a topic with an Avro schema (BINARY), in
@@ -23,6 +21,7 @@ runs part 1 alone and only prints it.
 from __future__ import annotations
 
 import argparse
+import base64
 import io
 import json
 import os
@@ -40,6 +39,7 @@ import fastavro
 import httpx
 import psutil
 import pyarrow as pa
+from pyspark.sql import functions as sf
 
 from bench import report as report_
 from bench.harness.lakepubsub_server import LakePubSubServer
@@ -47,6 +47,8 @@ from bench.spark_scan import interleaved
 from lakepubsub import Engine, PublishMessage, Settings, Topic, TopicName
 from lakepubsub.resources.names import SchemaName
 from lakepubsub.resources.topics import SchemaSettings
+from lakepubsub.spark import local_session
+from lakepubsub.spark.views import register
 
 BATCH = 100
 CLIENTS = 4
@@ -104,8 +106,6 @@ def wide_record(i: int) -> bytes:
 def publish_cost(requests: int) -> dict[str, Any]:
     """Server CPU microseconds per message and messages per second, per topic kind, and
     the machine's load average before and after."""
-    import base64
-
     load_before = os.getloadavg()[0]
 
     record = wide_record(1)
@@ -190,11 +190,6 @@ def build_lake(root: Path, records: int) -> None:
 
 
 def typed_cost(records: int, runs: int) -> dict[str, Any]:
-    from pyspark.sql import functions as sf
-
-    from lakepubsub.spark import local_session
-    from lakepubsub.spark.views import register
-
     root = Path(tempfile.mkdtemp(prefix="bench-schema-"))
     try:
         started = time.perf_counter()
@@ -243,8 +238,6 @@ def typed_cost(records: int, runs: int) -> dict[str, Any]:
 def _udf_decoder(definitions: dict[str, str], target: str) -> Any:
     """The same decoding as a Python Arrow UDF: the row's revision as writer schema, the
     newest as reader (fastavro's schema resolution), into region/amount/count."""
-    from pyspark.sql import functions as sf
-
     parsed: dict[str, Any] = {}
 
     def decode(revisions: pa.Array, data: pa.Array) -> pa.Array:

@@ -1,7 +1,5 @@
 """What delivery semantics cost over REST: plain, exactly-once and filtered pull + ack.
 
-    python -m bench semantics [--quick] [--runs N] [--out DIR]
-
 The three subscriptions, the backlog and the checks: bench/README.md, "Delivery
 semantics". Runs alternate between the cases so load on the machine falls on all
 alike; ``--quick`` shares one server (fresh topics still). Writes ``semantics.md``
@@ -10,7 +8,6 @@ and prints its tables.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import os
@@ -29,7 +26,12 @@ from bench import peer_lakepubsub as lps
 from bench import report as out
 from bench import workload as w
 from bench.clients import span_s as _span_s
-from bench.harness.lakepubsub_server import REQUEST_TIMEOUT_S, BenchError, LakePubSubServer
+from bench.harness.lakepubsub_server import (
+    REQUEST_TIMEOUT_S,
+    BenchError,
+    LakePubSubServer,
+    servers,
+)
 
 # The shared workload's pull + ack case: 4 consumers, Pub/Sub's maxMessages cap.
 CONSUMERS = 4
@@ -217,13 +219,12 @@ def ratios(round_results: Sequence[w.Result]) -> list[w.Result]:
 def run_all(sizes: Sizes, *, progress: Callable[[str], None]) -> list[w.Result]:
     """``sizes.runs`` rounds of every case, in turn; the merged figures and ratios."""
     found: list[w.Result] = []
-    with contextlib.ExitStack() as stack:
-        shared = None if sizes.fresh_server else stack.enter_context(LakePubSubServer())
+    with servers(fresh=sizes.fresh_server) as lakepubsub_server:
         for i in range(sizes.runs):
             round_results: list[w.Result] = []
             for case in CASES:
                 progress(f"{case.name} (run {i + 1}/{sizes.runs})")
-                with contextlib.nullcontext(shared) if shared else LakePubSubServer() as server:
+                with lakepubsub_server() as server:
                     round_results += run_case(server, case, case.backlog(sizes.backlog))
             found += [*round_results, *ratios(round_results)]
     return w.merge_runs(found)

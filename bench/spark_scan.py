@@ -1,7 +1,5 @@
 """Spark SQL over a messages table: delta-spark (``format("delta")``) vs ``spark.read.parquet``.
 
-    python -m bench spark [--rows N] [--files N] [--runs N] [--quick] [--s3]
-
 Builds a messages table with delta-rs (``--rows`` messages of 1 KiB
 incompressible data in ``--files`` commits, one file each, then a
 checkpoint) in a temp dir, or with ``--s3`` in the bucket of a moto S3
@@ -55,7 +53,12 @@ from pyspark.sql import DataFrame, SparkSession
 from bench import report as out
 from bench.harness.meter import tree_cpu_s
 from bench.harness.moto_server import MotoServer
+from lakepubsub import Engine, Settings
 from lakepubsub._lake.table_schemas import MESSAGES
+from lakepubsub.messages import PublishMessage
+from lakepubsub.publish.messages_table import MessagesTable
+from lakepubsub.resources.names import TopicName
+from lakepubsub.resources.topics import Topic
 from lakepubsub.spark import local_session
 from lakepubsub.spark.tables import configure_storage, spark_path
 
@@ -309,12 +312,6 @@ class Pty:
 
 def shell_latency(rows: int, runs: int) -> str:
     """Start-up and ``SELECT count(*)`` latency of the interactive ``lakepubsub sql``."""
-    from lakepubsub import Engine, Settings
-    from lakepubsub.messages import PublishMessage
-    from lakepubsub.publish.messages_table import MessagesTable
-    from lakepubsub.resources.names import TopicName
-    from lakepubsub.resources.topics import Topic
-
     load = os.getloadavg()
     command = str(Path(sys.executable).with_name("lakepubsub"))
     lines = [SHELL_SECTION, ""]

@@ -9,6 +9,7 @@ import contextlib
 import hashlib
 import math
 import statistics
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -17,7 +18,7 @@ from typing import Any, Protocol
 from bench.clients import Report, span_s
 from bench.harness.lakepubsub_server import BenchError
 from bench.harness.meter import ProcessUsage
-from bench.report import EN_DASH, fmt
+from bench.report import EN_DASH, fmt, table
 
 MESSAGE_BYTES = 1024
 
@@ -56,6 +57,7 @@ CLIENT_CPU_PER_MILLION = "client_cpu_per_million_msgs"
 MIB = "MiB"
 _MILLION = 1_000_000
 _BYTES_PER_MIB = 1024 * 1024
+_NS_PER_S = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,14 @@ class PullCase:
         return f"pull+ack consumers={self.consumers} max={self.max_messages_per_pull}"
 
 
+class DrainCase(PullCase):
+    """A pull + ack case timed as a drain of its backlog."""
+
+    @property
+    def name(self) -> str:
+        return f"drain backlog={self.backlog_messages} consumers={self.consumers}"
+
+
 @dataclass(frozen=True)
 class LatencyCase:
     offered_rate_per_s: int
@@ -98,17 +108,6 @@ class LatencyCase:
     @property
     def total_messages(self) -> int:
         return round(self.offered_rate_per_s * self.duration_s)
-
-
-@dataclass(frozen=True)
-class DrainCase:
-    backlog_messages: int
-    consumers: int
-    max_messages_per_pull: int
-
-    @property
-    def name(self) -> str:
-        return f"drain backlog={self.backlog_messages} consumers={self.consumers}"
 
 
 @dataclass(frozen=True)
@@ -141,7 +140,7 @@ def _workload(
             for consumers in _PULL_CONSUMERS
         ),
         latency=latency,
-        drain=(DrainCase(drain_backlog, 1, _MAX_MESSAGES_PER_PULL),),
+        drain=(DrainCase(1, drain_backlog, _MAX_MESSAGES_PER_PULL),),
         runs=runs,
         ack_deadline_s=_ACK_DEADLINE_S,
     )
@@ -296,12 +295,17 @@ class Side(Protocol):
         self, case: str, usage: ProcessUsage, client_cpu_s: float, messages: int
     ) -> list[Result]: ...
     def publish(self, case: PublishCase) -> tuple[list[Report], ProcessUsage]: ...
-    def consume(self, case: PullCase | DrainCase) -> tuple[list[Report], ProcessUsage]: ...
+    def consume(self, case: PullCase) -> tuple[list[Report], ProcessUsage]: ...
     def latency(self, case: LatencyCase) -> tuple[list[Report], ProcessUsage]: ...
 
 
 def _cpu_s(reports: Sequence[Report]) -> float:
     return sum(r.cpu_s for r in reports)
+
+
+def due_s(start_ns: int, i: int, rate_per_s: float) -> float:
+    """Seconds until message ``i`` of a run paced at ``rate_per_s`` from ``start_ns`` is due."""
+    return max(0.0, (start_ns + i * _NS_PER_S / rate_per_s - time.monotonic_ns()) / _NS_PER_S)
 
 
 def run_publish(side: Side, case: PublishCase) -> list[Result]:
@@ -320,7 +324,7 @@ def run_publish(side: Side, case: PublishCase) -> list[Result]:
     ]  # fmt: skip
 
 
-def run_consume(side: Side, case: PullCase | DrainCase) -> list[Result]:
+def run_consume(side: Side, case: PullCase) -> list[Result]:
     """One run of a pull + ack or drain case: publish the backlog (untimed), then drain it."""
     backlog = case.backlog_messages
     side.prepare(receive=True, backlog=backlog)
@@ -395,16 +399,13 @@ def run_cases(
 
 def markdown_table(results: Iterable[Result]) -> str:
     """Results as a markdown table: median and min-max per row."""
-    lines = [
-        "| system | case | metric | unit | median | min-max | runs |",
-        "| --- | --- | --- | --- | ---: | ---: | ---: |",
-    ]
-    for r in results:
-        lines.append(
-            f"| {r.system} | {r.case} | {r.metric} | {r.unit} | {fmt(r.median)} "
-            f"| {fmt(r.min)}{EN_DASH}{fmt(r.max)} | {len(r.values)} |"
-        )
-    return "\n".join(lines)
+    header = ["system", "case", "metric", "unit", "median", "min-max", "runs"]
+    rows = [
+        (r.system, r.case, r.metric, r.unit, fmt(r.median), f"{fmt(r.min)}{EN_DASH}{fmt(r.max)}",
+         len(r.values))
+        for r in results
+    ]  # fmt: skip
+    return "\n".join(table(header, rows, right=4))
 
 
 # Seeds the payload generator, so payloads are the same in every process and run.

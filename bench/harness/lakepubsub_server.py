@@ -4,7 +4,8 @@ on a fresh lake (local or moto S3) or a given one.
 ``python -m uvicorn api.app:create_app --factory`` (or another app factory) by
 default, ``lakepubsub serve`` (REST and gRPC on one port) with ``serve=True``;
 either on 127.0.0.1 and a port it picks itself, with ``lakepubsub serve``'s
-keep-alive timeout. Besides starting it, the launcher creates topics and
+keep-alive timeout; or on a fixed port, where it can be killed and restarted
+(the chaos runs). Besides starting it, the launcher creates topics and
 subscriptions over REST and checks through an in-process ``Engine`` what the
 lake holds.
 """
@@ -19,7 +20,8 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,8 @@ from bench.harness import scratch
 from bench.harness.moto_server import DIRECTORY_BUCKET_ENV, MotoServer
 from bench.harness.processes import stop
 from bench.harness.s3_proxy import S3Proxy
-from lakepubsub import constants
+from lakepubsub import Engine, Settings, constants
+from lakepubsub.resources.names import SubscriptionName, TopicName
 
 REPO = Path(__file__).resolve().parents[2]
 PROJECT = "bench"
@@ -120,6 +123,10 @@ class LakePubSubServer:
         env: dict[str, str] | None = None,
         app: str = "api.app:create_app",
         intake_bucket: str | None = None,
+        port: int = 0,
+        log: Path | None = None,
+        log_level: str = "info",
+        inherit_env: bool = False,
     ) -> None:
         self._joins = joins
         self.s3: bool = s3 if joins is None else joins.s3
@@ -141,6 +148,14 @@ class LakePubSubServer:
         self.pid = 0
         self.lake = lake or ""
         self.storage_options: dict[str, str] = storage_options or {}
+        # A fixed ``port`` (kept for ``restart``); the server's output appended to ``log``
+        # (by default a file in the scratch directory); below "info" only with a fixed port
+        # (the launcher reads the port a port-0 server chose from its log).
+        self.port, self._log, self._log_level = port, log, log_level
+        self.log_path: Path | None = None
+        # Whether the server gets this process's whole environment, or none of its
+        # LAKEPUBSUB_ and AWS_ settings.
+        self._inherit_env = inherit_env
 
     def __enter__(self) -> LakePubSubServer:
         self.directory = scratch.directory("bench-lakepubsub-")
@@ -180,8 +195,15 @@ class LakePubSubServer:
                 }
         else:
             self.lake = str(directory / "lake")
-        # Only this run's settings: nothing inherited points the server elsewhere.
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("LAKEPUBSUB_", "AWS_"))}
+        self.log_path = self._log or directory / "server.log"
+        self._spawn()
+
+    def _spawn(self) -> None:
+        # Only this run's settings (unless ``inherit_env``): nothing inherited points the
+        # server elsewhere.
+        env = dict(os.environ)
+        if not self._inherit_env:
+            env = {k: v for k, v in env.items() if not k.startswith(("LAKEPUBSUB_", "AWS_"))}
         env.update(self.storage_options)
         env.update(LAKEPUBSUB_LAKE=self.lake, LAKEPUBSUB_PULL_WAIT_S=str(self._pull_wait_s))
         env.update(self._env)
@@ -189,7 +211,8 @@ class LakePubSubServer:
         command = [
             sys.executable, "-m", "uvicorn", spec, "--factory",
             *(["--app-dir", where] if where else []),
-            "--host", "127.0.0.1", "--port", "0", "--no-access-log", "--log-level", "info",
+            "--host", "127.0.0.1", "--port", str(self.port), "--no-access-log",
+            "--log-level", self._log_level,
             # As ``lakepubsub serve``: with uvicorn's default of 5 s, the idle
             # expiry of httpx's pool too, a server closing an idle connection
             # meets a client sending on it, and the client sees a reset.
@@ -198,22 +221,38 @@ class LakePubSubServer:
         if self.serve:
             command = [
                 sys.executable, "-c", "from lakepubsub.cli import main; main()",
-                "--lake", self.lake, "serve", "--host", "127.0.0.1", "--port", "0",
-                "--no-access-log",
+                "--lake", self.lake, "serve", "--host", "127.0.0.1", "--port", str(self.port),
+                "--no-access-log", "--log-level", self._log_level,
             ]  # fmt: skip
-        log_path = directory / "server.log"
-        with log_path.open("wb") as log:
+        log_path = self.log_path
+        assert log_path is not None
+        with log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
             )
         self.pid = self.process.pid
-        self.url = f"http://127.0.0.1:{_wait_listening(self.process, log_path)}"
+        self.port = self.port or _wait_listening(self.process, log_path)
+        self.url = f"http://127.0.0.1:{self.port}"
         _wait_healthy(self.process, f"{self.url}/healthz", log_path)
 
-    def __exit__(self, *exc: object) -> None:
+    def restart(self) -> None:
+        """The server process again, on the same lake and port (after ``kill`` or ``stop``)."""
+        self._spawn()
+
+    def kill(self) -> None:
+        """SIGKILL: no clean stop; what the server held in memory is lost."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """SIGTERM, then SIGKILL after ``timeout_s``; the lake and port are kept."""
         if self.process is not None:
-            stop(self.process, STOP_TIMEOUT_S)
-            self.process = None
+            stop(self.process, timeout_s)
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        self.process = None
         if self.proxy is not None:
             self.proxy.__exit__()
             self.proxy = None
@@ -246,8 +285,6 @@ class LakePubSubServer:
     @contextlib.contextmanager
     def engine(self) -> Iterator[Any]:
         """A lakepubsub Engine on this server's lake, in this process, to check what it stored."""
-        from lakepubsub import Engine, Settings
-
         engine = Engine(Settings(lake=self.lake, storage_options=self.storage_options))
         try:
             yield engine
@@ -270,8 +307,6 @@ class LakePubSubServer:
 
     def topic_head(self, topic: str) -> int:
         """How many messages the topic holds."""
-        from lakepubsub.resources.names import TopicName
-
         with self.engine() as engine:
             return int(engine.topic_head(TopicName.parse(topic)))
 
@@ -282,8 +317,6 @@ class LakePubSubServer:
 
     def check_all_acked(self, topic: str, subscription: str, total: int) -> None:
         """Wait until the subscription's cursor is past all ``total`` messages, none outstanding."""
-        from lakepubsub.resources.names import SubscriptionName
-
         self.check_stored(topic, total)
         with self.engine() as engine:
             deadline = time.monotonic() + ACKS_SETTLE_TIMEOUT_S
@@ -297,6 +330,15 @@ class LakePubSubServer:
                         f"{state.outstanding()} outstanding"
                     )
                 time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def servers(*, fresh: bool, **options: Any) -> Iterator[Callable[[], ContextManager[Any]]]:
+    """A run's server: a fresh one per run, or without ``fresh`` one shared by every run
+    (each run still on fresh topics: seconds less per run, for CI)."""
+    with contextlib.ExitStack() as stack:
+        shared = None if fresh else stack.enter_context(LakePubSubServer(**options))
+        yield lambda: contextlib.nullcontext(shared) if shared else LakePubSubServer(**options)
 
 
 def _wait_listening(process: subprocess.Popen[bytes], log_path: Path) -> int:
@@ -315,7 +357,7 @@ def _wait_healthy(process: subprocess.Popen[bytes], url: str, log_path: Path) ->
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline and process.poll() is None:
         with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=1.0).status_code == 200:
+            if httpx.get(url, timeout=1.0).status_code == httpx.codes.OK:
                 return
         time.sleep(0.05)
     raise BenchError(f"{url} did not answer:\n{log_path.read_text(errors='replace')}")

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import boto3
 from botocore.config import Config
 
 from bench.harness.ports import free_port, wait_for_port
@@ -57,8 +58,6 @@ class MotoServer:
 
     def client(self) -> Any:
         """A boto3 client of this moto server (directory buckets too)."""
-        import boto3
-
         # moto has no CreateSession, which boto3 calls for a directory bucket.
         no_session = {"disable_s3_express_session_auth": True}  # a key botocore's stubs lack
         return boto3.client(  # type: ignore[call-overload]

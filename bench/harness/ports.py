@@ -19,6 +19,8 @@ from pathlib import Path
 
 _RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _LOWEST = 10_000
+# Ports below the ephemeral range are used only when there are at least this many.
+_ENOUGH_BELOW = 1000
 
 
 def ephemeral_range() -> tuple[int, int]:
@@ -42,7 +44,7 @@ def _bindable(port: int) -> bool:
 def free_port() -> int:
     """A free port on 127.0.0.1 that no port-0 bind or outgoing connection will take."""
     low, _ = ephemeral_range()
-    if low - _LOWEST >= 1000:
+    if low - _LOWEST >= _ENOUGH_BELOW:
         for _ in range(200):
             port = random.randrange(_LOWEST, low)
             if _bindable(port):

@@ -39,6 +39,11 @@ from pathlib import Path
 from urllib.parse import parse_qs
 
 import httpx
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from bench.harness.ports import free_port
 from bench.harness.processes import stop
@@ -134,10 +139,6 @@ class Counts:
 
 
 def create_app(upstream: str, profile: Profile):  # type: ignore[no-untyped-def]
-    from starlette.applications import Starlette
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse, Response
-    from starlette.routing import Route
 
     counts = Counts()
     state: dict[str, httpx.AsyncClient] = {}
@@ -238,8 +239,6 @@ class S3Proxy:
 
 
 def main() -> None:
-    import uvicorn
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--upstream", required=True)
     parser.add_argument("--port", type=int, required=True)

@@ -165,6 +165,18 @@ func (r *run) fail(format string, args ...any) {
 	r.res.Errors = append(r.res.Errors, s)
 }
 
+// received records a drain's counts, and a failure if it timed out short of them.
+func (r *run) received(s *seen, redelivered, acked *atomic.Int64, timedOut bool) {
+	received, distinct := s.counts()
+	r.mu.Lock()
+	r.res.Received, r.res.Distinct = received, distinct
+	r.res.Redelivered, r.res.Acked = int(redelivered.Load()), int(acked.Load())
+	r.mu.Unlock()
+	if timedOut {
+		r.fail("timeout after %s: %d of %d distinct", r.o.timeout, distinct, r.o.messages)
+	}
+}
+
 func (r *run) report() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -339,10 +351,16 @@ func runPubsub(ctx context.Context, r *run) error {
 	switch r.o.mode {
 	case "publish":
 		return pubsubPublish(ctx, r)
-	case "drain":
-		return pubsubDrain(ctx, r)
-	case "latency":
-		return pubsubLatency(ctx, r)
+	case "drain", "latency":
+		client, err := pubsub.NewClient(ctx, r.o.project)
+		if err != nil {
+			return fmt.Errorf("client: %w", err)
+		}
+		defer client.Close()
+		if r.o.mode == "drain" {
+			return pubsubDrain(ctx, r, client)
+		}
+		return pubsubLatency(ctx, r, client)
 	}
 	return fmt.Errorf("unknown -mode %q", r.o.mode)
 }
@@ -373,45 +391,60 @@ func pubsubPublish(ctx context.Context, r *run) error {
 			return fmt.Errorf("warm-up publish: %w", err)
 		}
 	}
+	publishAll(ctx, r, bodies, func(ctx context.Context, k int, body []byte) error {
+		_, err := publishers[k].Publish(ctx, &pubsub.Message{Data: body}).Get(ctx)
+		return err
+	}, func(ctx context.Context, k int, published *atomic.Int64) {
+		results := make([]*pubsub.PublishResult, len(bodies[k]))
+		for i, body := range bodies[k] {
+			results[i] = publishers[k].Publish(ctx, &pubsub.Message{Data: body})
+		}
+		for _, res := range results {
+			if _, err := res.Get(ctx); err != nil {
+				r.fail("publish: %s", err)
+				continue
+			}
+			published.Add(1)
+		}
+	})
+	for _, p := range publishers {
+		p.Stop()
+	}
+	return nil
+}
+
+// publishAll publishes every publisher's bodies from a goroutine of its own, all
+// started together: with -single one at a time, each round trip timed, else with
+// batch (which counts what was confirmed); then records the counts.
+func publishAll(ctx context.Context, r *run, bodies [][][]byte,
+	single func(ctx context.Context, k int, body []byte) error,
+	batch func(ctx context.Context, k int, published *atomic.Int64)) {
+	o := r.o
 	tctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	c := ready(o)
 	var wg sync.WaitGroup
 	var published atomic.Int64
-	latencies := make([][]float64, o.publishers)
-	for k, p := range publishers {
+	latencies := make([][]float64, len(bodies))
+	for k := range bodies {
 		wg.Go(func() {
-			if o.single {
-				for _, body := range bodies[k] {
-					sent := time.Now()
-					_, err := p.Publish(tctx, &pubsub.Message{Data: body}).Get(tctx)
-					if err != nil {
-						r.fail("publish: %s", err)
-						return
-					}
-					latencies[k] = append(latencies[k], ms(time.Since(sent)))
-					published.Add(1)
-				}
+			if !o.single {
+				batch(tctx, k, &published)
 				return
 			}
-			results := make([]*pubsub.PublishResult, len(bodies[k]))
-			for i, body := range bodies[k] {
-				results[i] = p.Publish(tctx, &pubsub.Message{Data: body})
-			}
-			for _, res := range results {
-				if _, err := res.Get(tctx); err != nil {
+			for _, body := range bodies[k] {
+				sent := time.Now()
+				if err := single(tctx, k, body); err != nil {
 					r.fail("publish: %s", err)
-					continue
+					return
 				}
+				latencies[k] = append(latencies[k], ms(time.Since(sent)))
 				published.Add(1)
 			}
 		})
 	}
 	wg.Wait()
 	c.stop(r, time.Now())
-	for _, p := range publishers {
-		p.Stop()
-	}
 	r.mu.Lock()
 	r.res.Published = int(published.Load())
 	for _, l := range latencies {
@@ -421,7 +454,6 @@ func pubsubPublish(ctx context.Context, r *run) error {
 	if tctx.Err() != nil {
 		r.fail("timeout after %s: %d of %d published", o.timeout, published.Load(), o.messages)
 	}
-	return nil
 }
 
 func pubsubSubscriber(client *pubsub.Client, o options) *pubsub.Subscriber {
@@ -431,13 +463,8 @@ func pubsubSubscriber(client *pubsub.Client, o options) *pubsub.Subscriber {
 	return sub
 }
 
-func pubsubDrain(ctx context.Context, r *run) error {
+func pubsubDrain(ctx context.Context, r *run, client *pubsub.Client) error {
 	o := r.o
-	client, err := pubsub.NewClient(ctx, o.project)
-	if err != nil {
-		return fmt.Errorf("client: %w", err)
-	}
-	defer client.Close()
 	sub := pubsubSubscriber(client, o)
 	s := newSeen(o.messages)
 	var acked, redelivered atomic.Int64
@@ -449,7 +476,7 @@ func pubsubDrain(ctx context.Context, r *run) error {
 		<-s.done
 		cancel()
 	}()
-	err = sub.Receive(rctx, func(_ context.Context, m *pubsub.Message) {
+	err := sub.Receive(rctx, func(_ context.Context, m *pubsub.Message) {
 		if len(m.Data) != messageBytes {
 			r.fail("message %s: %d bytes", m.ID, len(m.Data))
 		}
@@ -466,24 +493,12 @@ func pubsubDrain(ctx context.Context, r *run) error {
 	if err != nil {
 		r.fail("receive: %s", err)
 	}
-	received, distinct := s.counts()
-	r.mu.Lock()
-	r.res.Received, r.res.Distinct = received, distinct
-	r.res.Redelivered, r.res.Acked = int(redelivered.Load()), int(acked.Load())
-	r.mu.Unlock()
-	if timedOut {
-		r.fail("timeout after %s: %d of %d distinct", o.timeout, distinct, o.messages)
-	}
+	r.received(s, &redelivered, &acked, timedOut)
 	return nil
 }
 
-func pubsubLatency(ctx context.Context, r *run) error {
+func pubsubLatency(ctx context.Context, r *run, client *pubsub.Client) error {
 	o := r.o
-	client, err := pubsub.NewClient(ctx, o.project)
-	if err != nil {
-		return fmt.Errorf("client: %w", err)
-	}
-	defer client.Close()
 	publisher := client.Publisher(topicName(o))
 	publisher.PublishSettings.CountThreshold = 1
 	defer publisher.Stop()
@@ -612,10 +627,20 @@ func runNats(ctx context.Context, r *run) error {
 	switch r.o.mode {
 	case "publish":
 		return natsPublish(ctx, r)
-	case "drain":
-		return natsDrain(r)
-	case "latency":
-		return natsLatency(ctx, r)
+	case "drain", "latency":
+		// The receiver's connection, and the push consumer it binds to.
+		nc, js, err := natsConnect(r.o)
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		if err := natsPushConsumer(js, r.o); err != nil {
+			return err
+		}
+		if r.o.mode == "drain" {
+			return natsDrain(r, nc, js)
+		}
+		return natsLatency(ctx, r, nc, js)
 	}
 	return fmt.Errorf("unknown -mode %q", r.o.mode)
 }
@@ -652,64 +677,36 @@ func natsPublish(ctx context.Context, r *run) error {
 			return fmt.Errorf("warm-up publish: %w", err)
 		}
 	}
-	tctx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
-	c := ready(o)
-	var wg sync.WaitGroup
-	var published atomic.Int64
-	latencies := make([][]float64, o.publishers)
-	for k, js := range streams {
-		wg.Go(func() {
-			if o.single {
-				for _, body := range bodies[k] {
-					sent := time.Now()
-					if _, err := js.Publish(o.subject, body, nats.Context(tctx)); err != nil {
-						r.fail("publish: %s", err)
-						return
-					}
-					latencies[k] = append(latencies[k], ms(time.Since(sent)))
-					published.Add(1)
+	publishAll(ctx, r, bodies, func(ctx context.Context, k int, body []byte) error {
+		_, err := streams[k].Publish(o.subject, body, nats.Context(ctx))
+		return err
+	}, func(ctx context.Context, k int, published *atomic.Int64) {
+		futures := make([]nats.PubAckFuture, 0, len(bodies[k]))
+		for _, body := range bodies[k] {
+			for {
+				f, err := streams[k].PublishAsync(o.subject, body)
+				if errors.Is(err, nats.ErrTooManyStalledMsgs) && ctx.Err() == nil {
+					continue // the window of pending acks is full: try again
 				}
-				return
-			}
-			futures := make([]nats.PubAckFuture, 0, len(bodies[k]))
-			for _, body := range bodies[k] {
-				for {
-					f, err := js.PublishAsync(o.subject, body)
-					if errors.Is(err, nats.ErrTooManyStalledMsgs) && tctx.Err() == nil {
-						continue // the window of pending acks is full: try again
-					}
-					if err != nil {
-						r.fail("publish: %s", err)
-						return
-					}
-					futures = append(futures, f)
-					break
-				}
-			}
-			for _, f := range futures {
-				select {
-				case <-f.Ok():
-					published.Add(1)
-				case err := <-f.Err():
+				if err != nil {
 					r.fail("publish: %s", err)
-				case <-tctx.Done():
 					return
 				}
+				futures = append(futures, f)
+				break
 			}
-		})
-	}
-	wg.Wait()
-	c.stop(r, time.Now())
-	r.mu.Lock()
-	r.res.Published = int(published.Load())
-	for _, l := range latencies {
-		r.res.LatenciesMs = append(r.res.LatenciesMs, l...)
-	}
-	r.mu.Unlock()
-	if tctx.Err() != nil {
-		r.fail("timeout after %s: %d of %d published", o.timeout, published.Load(), o.messages)
-	}
+		}
+		for _, f := range futures {
+			select {
+			case <-f.Ok():
+				published.Add(1)
+			case err := <-f.Err():
+				r.fail("publish: %s", err)
+			case <-ctx.Done():
+				return
+			}
+		}
+	})
 	return nil
 }
 
@@ -757,16 +754,8 @@ func natsReceiver(js nats.JetStreamContext, o options, s *seen, acked, redeliver
 	return sub, nil
 }
 
-func natsDrain(r *run) error {
+func natsDrain(r *run, nc *nats.Conn, js nats.JetStreamContext) error {
 	o := r.o
-	nc, js, err := natsConnect(o)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	if err := natsPushConsumer(js, o); err != nil {
-		return err
-	}
 	s := newSeen(o.messages)
 	var acked, redelivered atomic.Int64
 	c := ready(o)
@@ -792,33 +781,18 @@ func natsDrain(r *run) error {
 	if err := sub.Unsubscribe(); err != nil {
 		r.fail("unsubscribe: %s", err)
 	}
-	received, distinct := s.counts()
-	r.mu.Lock()
-	r.res.Received, r.res.Distinct = received, distinct
-	r.res.Redelivered, r.res.Acked = int(redelivered.Load()), int(acked.Load())
-	r.mu.Unlock()
-	if timedOut {
-		r.fail("timeout after %s: %d of %d distinct", o.timeout, distinct, o.messages)
-	}
+	r.received(s, &redelivered, &acked, timedOut)
 	return nil
 }
 
-func natsLatency(ctx context.Context, r *run) error {
+func natsLatency(ctx context.Context, r *run, nc *nats.Conn, js nats.JetStreamContext) error {
 	o := r.o
-	nc, js, err := natsConnect(o)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
 	// The publisher has a connection of its own, as the Pub/Sub side has a stream of its own.
 	pnc, pjs, err := natsConnect(o)
 	if err != nil {
 		return err
 	}
 	defer pnc.Close()
-	if err := natsPushConsumer(js, o); err != nil {
-		return err
-	}
 	s := newSeen(o.messages)
 	var mu sync.Mutex
 	latencies := make([]float64, 0, o.messages)

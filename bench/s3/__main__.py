@@ -1,7 +1,5 @@
 """S3 cost of lakepubsub, counted at a proxy in front of moto (bench/harness/s3_proxy.py).
 
-    python -m bench s3 [--quick] [--profile zero|standard|express] [--out DIR]
-
 Cases:
 
 - ``idle``: a ``lakepubsub serve`` process on a moto lake with 1 topic and 1

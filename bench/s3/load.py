@@ -28,6 +28,7 @@ import time
 from collections.abc import Sequence
 
 import orjson
+from google.cloud import pubsub_v1
 
 SENT = "sent-ns"
 PAYLOAD = b"x" * 1024
@@ -48,7 +49,6 @@ def _quantiles(values: list[float]) -> dict[str, float]:
 
 def publish(host: str, topics: list[str], rate: float, seconds: float, single: bool) -> None:
     os.environ["PUBSUB_EMULATOR_HOST"] = host
-    from google.cloud import pubsub_v1
 
     settings = pubsub_v1.types.BatchSettings(max_messages=1) if single else ()
     publisher = pubsub_v1.PublisherClient(*([settings] if single else []))
@@ -104,7 +104,6 @@ def publish(host: str, topics: list[str], rate: float, seconds: float, single: b
 
 def subscribe(host: str, subscriptions: list[str], expect: int, seconds: float) -> None:
     os.environ["PUBSUB_EMULATOR_HOST"] = host
-    from google.cloud import pubsub_v1
 
     subscriber = pubsub_v1.SubscriberClient()
     # Message ids are unique within a topic: a message is (subscription, id).

@@ -13,11 +13,12 @@ import signal
 import sys
 import threading
 
+from google.cloud import pubsub_v1
+
 
 def main() -> None:
     host, *subscriptions = sys.argv[1:]
     os.environ["PUBSUB_EMULATOR_HOST"] = host
-    from google.cloud import pubsub_v1
 
     subscriber = pubsub_v1.SubscriberClient()
     futures = [subscriber.subscribe(s, lambda m: m.ack()) for s in subscriptions]

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -16,14 +14,12 @@ from pathlib import Path
 
 import httpx
 
+from bench.harness.lakepubsub_server import LakePubSubServer
 from bench.harness.moto_server import S3_CREDENTIALS, MotoServer
 from bench.harness.ports import free_port
-from lakepubsub import constants
 
 REPO = Path(__file__).resolve().parents[2]
 BUCKET = "lakepubsub-chaos"
-# How long a server may take to start serving (imports pyarrow, deltalake, FastAPI).
-START_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -65,66 +61,46 @@ def s3_lake(endpoint: str) -> Lake:
 
 
 class ApiServer:
-    """One uvicorn process serving the API on a fixed port; can be killed and restarted."""
+    """One uvicorn process serving the API on a fixed port; can be killed and restarted.
+    Started by the harness's launcher (bench/harness/lakepubsub_server.py), with this
+    process's environment."""
 
     def __init__(self, lake: Lake, *, pull_wait_s: float = 1.0, log: Path | None = None) -> None:
         self.lake = lake
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.pull_wait_s = pull_wait_s
         self.log = log
-        self.process: subprocess.Popen[bytes] | None = None
+        self.launcher = LakePubSubServer(
+            lake=lake.uri,
+            storage_options=lake.served_options,
+            pull_wait_s=pull_wait_s,
+            port=free_port(),
+            log=log,
+            log_level="warning",
+            inherit_env=True,
+        )
+        self.port = self.launcher.port
+        self.url = f"http://127.0.0.1:{self.port}"
         self.starts = 0
         self.start_seconds: list[float] = []  # time from spawn to serving, per start
 
+    @property
+    def process(self) -> subprocess.Popen[bytes] | None:
+        return self.launcher.process
+
     def start(self) -> None:
         started = time.monotonic()
-        env = {**os.environ, **self.lake.env(), "LAKEPUBSUB_PULL_WAIT_S": str(self.pull_wait_s)}
-        out = open(self.log, "ab") if self.log else subprocess.DEVNULL  # noqa: SIM115
-        try:
-            self.process = subprocess.Popen(
-                [
-                    sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory",
-                    "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning",
-                    "--timeout-keep-alive", str(constants.KEEP_ALIVE_S),  # as lakepubsub serve
-                ],
-                env=env,
-                cwd=REPO,
-                stdout=out,
-                stderr=out,
-            )  # fmt: skip
-        finally:
-            if self.log:
-                out.close()  # type: ignore[union-attr]
+        if self.launcher.directory is None:
+            self.launcher.__enter__()
+        else:
+            self.launcher.restart()
         self.starts += 1
-        self.wait_ready()
         self.start_seconds.append(time.monotonic() - started)
-
-    def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process is not None and self.process.poll() is not None:
-                raise RuntimeError(f"server on port {self.port} exited: {self.process.returncode}")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.05)
-        raise TimeoutError(f"server on port {self.port} did not become ready")
 
     def kill(self) -> None:
         """SIGKILL: no graceful shutdown, queued work is lost mid-flight."""
-        if self.process is not None and self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGKILL)
-            self.process.wait()
+        self.launcher.kill()
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        self.launcher.__exit__()
 
     def metrics(self) -> dict[tuple[str, str], float]:
         """This process's Prometheus counters, keyed by (name, labels text)."""

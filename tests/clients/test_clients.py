@@ -12,24 +12,22 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import clientkit
-import httpx
 import pytest
-from support import LakeSpec, free_port
+from support import LakeSpec
 
-from lakepubsub import Engine, SubscriptionName
+from bench.harness.lakepubsub_server import BenchError, LakePubSubServer
+from lakepubsub import Engine, SubscriptionName, constants
 
 PROJECT = "clients"
 COUNT = 500
 # Each program's own deadline for publishing and receiving everything.
 CLIENT_TIMEOUT_S = 60.0
-SERVER_START_TIMEOUT_S = 60.0
 # The server batches acknowledgements into lease-table commits: how long to wait for
 # the last ones a client sent on closing to reach the lake.
 ACKS_SETTLE_S = 15.0
@@ -63,43 +61,26 @@ class RunningServer:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """``lakepubsub serve`` on a fresh lake, its defaults, by the harness's launcher
+    (bench/harness/lakepubsub_server.py)."""
     root = tmp_path_factory.mktemp("clients")
-    port = free_port()
-    log = root / "server.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [
-                str(Path(sys.executable).parent / "lakepubsub"),
-                "--lake", str(root / "lake"), "serve", "--port", str(port),
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    srv = RunningServer(f"127.0.0.1:{port}", LakeSpec(str(root / "lake"), {}), log, process)
+    launcher = LakePubSubServer(
+        serve=True,
+        lake=str(root / "lake"),
+        pull_wait_s=constants.PULL_WAIT_S,
+        log=root / "server.log",
+        inherit_env=True,
+    )
     try:
-        _wait_healthy(srv, port)
-        yield srv
+        launcher.__enter__()
+    except BenchError as exc:
+        pytest.fail(f"server did not start: {exc}")
+    assert launcher.process is not None and launcher.log_path is not None
+    lake = LakeSpec(launcher.lake, {})
+    try:
+        yield RunningServer(launcher.emulator_host, lake, launcher.log_path, launcher.process)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _wait_healthy(srv: RunningServer, port: int) -> None:
-    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if srv.process.poll() is not None:
-            pytest.fail(f"server exited {srv.process.returncode}:\n{srv.log_tail()}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    pytest.fail(f"server not healthy after {SERVER_START_TIMEOUT_S} s:\n{srv.log_tail()}")
+        launcher.__exit__()
 
 
 @pytest.fixture(scope="module")

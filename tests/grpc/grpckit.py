@@ -10,9 +10,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from support import LakeSpec, free_port, wait_for_port
+from support import LakeSpec, free_port
 
+from bench.harness.lakepubsub_server import LakePubSubServer
+
+# The console script, for tests that start ``lakepubsub serve`` as the harness cannot (TLS).
 LAKEPUBSUB = str(Path(sys.executable).with_name("lakepubsub"))
+# ``lakepubsub serve``'s SIGTERM waits for open streams to end.
+STOP_TIMEOUT_S = 40.0
 
 
 @dataclass
@@ -20,59 +25,53 @@ class Serve:
     """A ``lakepubsub serve`` process: REST at ``url``, gRPC at ``host``, one port."""
 
     lake: LakeSpec
-    port: int
-    process: subprocess.Popen[bytes]
-    log_path: Path
+    launcher: LakePubSubServer
+
+    @property
+    def port(self) -> int:
+        return self.launcher.port
+
+    @property
+    def process(self) -> subprocess.Popen[bytes]:
+        assert self.launcher.process is not None
+        return self.launcher.process
 
     @property
     def host(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return self.launcher.emulator_host
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return self.launcher.url
 
     def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        assert self.launcher.log_path is not None
+        return self.launcher.log_path.read_text(errors="replace")
 
 
 def start_serve(
     lake: LakeSpec, log_dir: Path, *, extra_env: dict[str, str] | None = None, port: int = 0
 ) -> Serve:
+    """Started by the harness's launcher (bench/harness/lakepubsub_server.py), with this
+    process's environment; ``port`` fixed, for a restart on the same one."""
     port = port or free_port()
-    log_path = log_dir / f"serve-{port}-{uuid.uuid4().hex[:6]}.log"
-    env = {**lake.env(), "LAKEPUBSUB_PULL_WAIT_S": "2", **(extra_env or {})}
-    with log_path.open("wb") as out:
-        process = subprocess.Popen(
-            [
-                LAKEPUBSUB,
-                "--lake",
-                lake.uri,
-                "serve",
-                "--port",
-                str(port),
-                "--log-level",
-                "warning",
-            ],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        wait_for_port(port, process=process)
-    except (TimeoutError, RuntimeError):
-        process.kill()
-        raise
-    return Serve(lake, port, process, log_path)
+    launcher = LakePubSubServer(
+        serve=True,
+        lake=lake.uri,
+        storage_options=lake.storage_options,
+        pull_wait_s=2.0,
+        env=extra_env,
+        port=port,
+        log=log_dir / f"serve-{port}-{uuid.uuid4().hex[:6]}.log",
+        log_level="warning",
+        inherit_env=True,
+    )
+    return Serve(lake, launcher.__enter__())
 
 
 def stop_serve(serve: Serve) -> None:
-    serve.process.terminate()
-    try:
-        serve.process.wait(timeout=40)
-    except subprocess.TimeoutExpired:
-        serve.process.kill()
-        serve.process.wait()
+    serve.launcher.stop(STOP_TIMEOUT_S)
+    serve.launcher.__exit__()
 
 
 @dataclass
