@@ -129,14 +129,14 @@ _IAM_KINDS = {"topics": "topic", "subscriptions": "subscription", "snapshots": "
 
 def _iam_resource(path: str) -> tuple[str, dict[str, str], Resource]:
     """``projects/p`` or ``projects/p/{topics|subscriptions|snapshots}/id``."""
-    parts = path.split("/")
-    if len(parts) == 2 and parts[0] == "projects":
-        resource = auth.iam_resource("project", parts[1], "")
-        return "project", {"project": resource.project}, resource
-    if len(parts) == 4 and parts[0] == "projects" and parts[2] in _IAM_KINDS:
-        kind = _IAM_KINDS[parts[2]]
-        resource = auth.iam_resource(kind, parts[1], parts[3])
-        return kind, {"project": resource.project, kind: resource.id}, resource
+    match path.split("/"):
+        case ["projects", project]:
+            resource = auth.iam_resource("project", project, "")
+            return "project", {"project": resource.project}, resource
+        case ["projects", project, collection, resource_id] if collection in _IAM_KINDS:
+            kind = _IAM_KINDS[collection]
+            resource = auth.iam_resource(kind, project, resource_id)
+            return kind, {"project": resource.project, kind: resource.id}, resource
     raise errors.InvalidArgument(f"Invalid resource {path!r} for an IAM policy")
 
 
