@@ -39,6 +39,7 @@ from jobs.common import (
     JobContext,
     Stopwatch,
     commit_info,
+    errored,
     has_checkpoint,
     open_if_exists,
     retrying,
@@ -119,7 +120,7 @@ class CompactReport:
 
     @property
     def failed(self) -> list[TableResult]:
-        return [t for t in self.tables if t.status.startswith("error")]
+        return errored(self.tables)
 
     def summary(self) -> dict[str, int]:
         return {

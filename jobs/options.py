@@ -57,7 +57,7 @@ def existing(lake: str | None, *, spark: bool) -> Settings:
     try:
         require_lake(settings)
         if spark:
-            from lakepubsub.spark.session import check_java
+            from lakepubsub.spark.session import check_java  # noqa: PLC0415 — loads PySpark
 
             check_java()
     except LakePubSubError as exc:
