@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -168,14 +169,37 @@ def gc_command(
     _execute(ctx, lake, master, log_level, lambda c: gc.run(c, options), spark=False)
 
 
-def _one_query(sql: str | None, transform: str | None) -> None:
-    if (sql is None) == (transform is None):
+def _consumer_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The options both consumers take, named as their options' fields."""
+    for option in reversed(
+        (
+            click.option(
+                "--target", required=True, help="Delta table to append to (path or s3:// URI)."
+            ),
+            click.option("--sql", default=None, help="SELECT … FROM messages"),
+            click.option("--transform", default=None, help="module:function or file.py:function"),
+            click.option(
+                "--partition-by", default="", help="Comma-separated, when creating the target."
+            ),
+        )
+    ):
+        func = option(func)
+    return func
+
+
+def _consume(
+    ctx: click.Context,
+    common: tuple[str | None, str | None, str],
+    run_job: Callable[[JobContext, Any], Report],
+    options_type: type[Any],
+    fields: dict[str, Any],
+) -> None:
+    """Run a consumer: ``common`` is (lake, master, log level), ``fields`` its options."""
+    if (fields["sql"] is None) == (fields["transform"] is None):
         raise click.UsageError("give exactly one of --sql and --transform")
-
-
-def _columns(text: str) -> tuple[str, ...]:
-    """``--partition-by a, b`` as column names."""
-    return tuple(c.strip() for c in text.split(",") if c.strip())
+    columns = tuple(c.strip() for c in fields["partition_by"].split(",") if c.strip())
+    options = options_type(**{**fields, "partition_by": columns})
+    _execute(ctx, *common, lambda c: run_job(c, options))
 
 
 @run.command("batch-consume")
@@ -183,35 +207,15 @@ def _columns(text: str) -> tuple[str, ...]:
 @master_option
 @log_option
 @click.option("--subscription", required=True, help="projects/P/subscriptions/S")
-@click.option("--target", required=True, help="Delta table to append to (path or s3:// URI).")
-@click.option("--sql", default=None, help="SELECT … FROM messages")
-@click.option("--transform", default=None, help="module:function or file.py:function")
+@_consumer_options
 @click.option("--max-messages", type=click.IntRange(1), default=None)
-@click.option("--partition-by", default="", help="Comma-separated, when creating the target.")
 @click.pass_context
 def batch_consume_command(
-    ctx: click.Context,
-    lake: str | None,
-    master: str | None,
-    log_level: str,
-    subscription: str,
-    target: str,
-    sql: str | None,
-    transform: str | None,
-    max_messages: int | None,
-    partition_by: str,
+    ctx: click.Context, /, lake: str | None, master: str | None, log_level: str, **fields: Any
 ) -> None:
     """Consume a subscription's new messages into a Delta table, exactly once."""
-    _one_query(sql, transform)
-    options = batch_consume.BatchOptions(
-        subscription=subscription,
-        target=target,
-        sql=sql,
-        transform=transform,
-        max_messages=max_messages,
-        partition_by=_columns(partition_by),
-    )
-    _execute(ctx, lake, master, log_level, lambda c: batch_consume.run(c, options))
+    common = (lake, master, log_level)
+    _consume(ctx, common, batch_consume.run, batch_consume.BatchOptions, fields)
 
 
 @run.command("stream-consume")
@@ -219,11 +223,9 @@ def batch_consume_command(
 @master_option
 @log_option
 @click.option("--topic", required=True, help="projects/P/topics/T")
-@click.option("--target", required=True, help="Delta table to append to (path or s3:// URI).")
 @click.option("--checkpoint", required=True, help="This consumer's checkpoint (path or s3:// URI).")
-@click.option("--sql", default=None, help="SELECT … FROM messages")
-@click.option("--transform", default=None, help="module:function or file.py:function")
-@click.option("--filter", "filter_text", default="", help='Pub/Sub filter: attributes.k = "v"')
+@_consumer_options
+@click.option("--filter", default="", help='Pub/Sub filter: attributes.k = "v"')
 @click.option(
     "--starting-offset",
     type=click.IntRange(0),
@@ -231,37 +233,13 @@ def batch_consume_command(
     help="A new checkpoint's first offset [default: the oldest message].",
 )
 @click.option("--max-files-per-trigger", type=click.IntRange(1), default=None)
-@click.option("--partition-by", default="", help="Comma-separated, when creating the target.")
 @click.pass_context
 def stream_consume_command(
-    ctx: click.Context,
-    lake: str | None,
-    master: str | None,
-    log_level: str,
-    topic: str,
-    target: str,
-    checkpoint: str,
-    sql: str | None,
-    transform: str | None,
-    filter_text: str,
-    starting_offset: int | None,
-    max_files_per_trigger: int | None,
-    partition_by: str,
+    ctx: click.Context, /, lake: str | None, master: str | None, log_level: str, **fields: Any
 ) -> None:
     """Consume a topic's new messages into a Delta table with a Spark stream, exactly once."""
-    _one_query(sql, transform)
-    options = stream_consume.StreamOptions(
-        topic=topic,
-        target=target,
-        checkpoint=checkpoint,
-        sql=sql,
-        transform=transform,
-        filter=filter_text,
-        starting_offset=starting_offset,
-        max_files_per_trigger=max_files_per_trigger,
-        partition_by=_columns(partition_by),
-    )
-    _execute(ctx, lake, master, log_level, lambda c: stream_consume.run(c, options))
+    common = (lake, master, log_level)
+    _consume(ctx, common, stream_consume.run, stream_consume.StreamOptions, fields)
 
 
 def main_for(job: str) -> None:

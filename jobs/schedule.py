@@ -14,17 +14,23 @@ from typing import Any
 import click
 
 from jobs import batch_consume, compact, gc, stream_consume, truncate
+from jobs import options as shared
 from jobs.common import JobContext
-from jobs.options import (
-    Report,
-    existing,
-    lake_of,
-    lake_option,
-    log_option,
-    master_option,
-    setup_logging,
-)
+from jobs.options import Report
 from lakepubsub.scheduler import Progress, Scheduler, ScheduleSettings, Task, default_progress
+
+# The consumers a config may list: its key, their options and run, and the task's name
+# (the kind, then the option naming what it reads).
+_CONSUMERS: tuple[tuple[str, type[Any], Callable[..., Report], str, str], ...] = (
+    (
+        "batch_consume",
+        batch_consume.BatchOptions,
+        batch_consume.run,
+        "batch-consume",
+        "subscription",
+    ),
+    ("stream_consume", stream_consume.StreamOptions, stream_consume.run, "stream-consume", "topic"),
+)
 
 
 def scheduled_tasks(
@@ -60,30 +66,18 @@ def scheduled_tasks(
         ),
         Task("gc", intervals.gc_interval_s, with_progress(lambda: gc.run(jobs_ctx, gc_options))),
     ]
-    for entry in config.get("batch_consume", []):
-        doc = dict(entry)
-        interval = float(doc.pop("interval_s"))
-        doc["partition_by"] = tuple(doc.get("partition_by", ()))
-        options = _options(batch_consume.BatchOptions, doc)
+    for key, cls, run, kind, source in _CONSUMERS:
+        for entry in config.get(key, []):
+            doc = dict(entry)
+            interval = float(doc.pop("interval_s"))
+            doc["partition_by"] = tuple(doc.get("partition_by", ()))
+            options = _options(cls, doc)
 
-        def consume(opts: batch_consume.BatchOptions = options) -> Report:
-            return batch_consume.run(jobs_ctx, opts)
+            def consume(opts: Any = options, job: Callable[..., Report] = run) -> Report:
+                return job(jobs_ctx, opts)
 
-        tasks.append(
-            Task(f"batch-consume {options.subscription}", interval, with_progress(consume))
-        )
-    for entry in config.get("stream_consume", []):
-        doc = dict(entry)
-        interval = float(doc.pop("interval_s"))
-        doc["partition_by"] = tuple(doc.get("partition_by", ()))
-        stream_options = _options(stream_consume.StreamOptions, doc)
-
-        def stream(opts: stream_consume.StreamOptions = stream_options) -> Report:
-            return stream_consume.run(jobs_ctx, opts)
-
-        tasks.append(
-            Task(f"stream-consume {stream_options.topic}", interval, with_progress(stream))
-        )
+            name = f"{kind} {getattr(options, source)}"
+            tasks.append(Task(name, interval, with_progress(consume)))
     return tasks
 
 
@@ -96,9 +90,9 @@ def _options(cls: Any, doc: Mapping[str, Any]) -> Any:
 
 
 @click.command("schedule")
-@lake_option
-@master_option
-@log_option
+@shared.lake_option
+@shared.master_option
+@shared.log_option
 @click.option("--compact-every", type=float, default=None, help="Seconds; 0 disables.")
 @click.option("--truncate-every", type=float, default=None, help="Seconds; 0 disables.")
 @click.option("--gc-every", type=float, default=None, help="Seconds; 0 disables.")
@@ -129,7 +123,7 @@ def schedule_command(
     LAKEPUBSUB_{COMPACT,TRUNCATE,GC}_INTERVAL_S, else 600/900/3600 s. SIGTERM or
     Ctrl-C lets the running job finish, then exits.
     """
-    setup_logging(log_level)
+    shared.setup_logging(log_level)
     config = tomllib.loads(config_path.read_text()) if config_path else {}
     intervals = ScheduleSettings.from_env(
         **{
@@ -139,7 +133,7 @@ def schedule_command(
             "gc_interval_s": gc_every,
         }
     )
-    settings = existing(lake_of(ctx, lake), spark=True)
+    settings = shared.existing(shared.lake_of(ctx, lake), spark=True)
     with JobContext(settings, master=master) as jobs_ctx:
         progress = default_progress()
         scheduler = Scheduler(
