@@ -41,8 +41,7 @@ from api.grpc.streams import UNKNOWN as _UNKNOWN
 from api.grpc.wire import add_received, subscription_name
 from api.subscriptions import start_pull
 from lakepubsub import Engine, SubscriptionName, constants, errors
-from lakepubsub.delivery.ackids import AckId
-from lakepubsub.delivery.leases import INVALID_ACK_ID, LEASE_SLACK_US
+from lakepubsub.delivery.leases import LEASE_SLACK_US
 from lakepubsub.messages import ReceivedMessage
 
 log = logging.getLogger(__name__)
@@ -283,26 +282,16 @@ class Stream:
             and streams.unchanged(self.uid, ack_ids, seconds)
         ):
             return  # not exactly-once: no confirmation is due
-        valid, invalid = [], []
-        for ack_id in ack_ids:
-            try:
-                AckId.parse(ack_id)
-                valid.append(ack_id)
-            except errors.InvalidArgument:
-                invalid.append(ack_id)
-        failures: dict[str, str] = dict.fromkeys(invalid, INVALID_ACK_ID)
+        # A malformed id fails alone, as on every door (ackids.split_malformed).
         engine = self.door.engine
-        future = None
-        if valid:
-            if seconds is None:
-                future = engine.acknowledge_future(self.name, valid)
-            else:
-                future = engine.modify_ack_deadline_future(self.name, valid, seconds)
+        if seconds is None:
+            future = engine.acknowledge_future(self.name, ack_ids)
+        else:
+            future = engine.modify_ack_deadline_future(self.name, ack_ids, seconds)
         out = []
         if seconds is None:  # the room frees now: the next pull can join the ack's commit
             out = streams.settled(ack_ids)
-        if future is not None:
-            failures.update(await asyncio.wrap_future(future))
+        failures = await asyncio.wrap_future(future)
         if seconds is not None:
             streams.extended(ack_ids, seconds, failures)
         elif out and not failures and not self.exactly_once:
