@@ -25,11 +25,11 @@ from api.grpc.wire import pb, subscription_name, topic_name
 from lakepubsub import Engine, errors
 from lakepubsub.resources.names import SnapshotName, SubscriptionName
 
-# What names a method's resource: how to parse the field, and the access rule's params.
-_KINDS: dict[str, tuple[Callable[[str], Any], str]] = {
-    "topic": (topic_name, "topic"),
-    "subscription": (subscription_name, "subscription"),
-    "snapshot": (SnapshotName.parse, "snapshot"),
+# How each kind of resource name is parsed; the kind is also its access rule's param.
+_KINDS: dict[str, Callable[[str], Any]] = {
+    "topic": topic_name,
+    "subscription": subscription_name,
+    "snapshot": SnapshotName.parse,
 }
 
 Answer = dict[str, Any] | None
@@ -41,8 +41,8 @@ Work = Callable[[Engine, Any, Any, Any], Answer]
 @dataclass(frozen=True)
 class _Method:
     """One method. ``where``: the request field naming the resource (dotted for a
-    nested one) and its kind (``project``, or a key of ``_KINDS``); ``scope``: the
-    access rule checks the project only (creating a resource); ``body``: the REST body
+    nested one) and its kind (``project``, or a key of ``_KINDS``); ``project_scope``:
+    the access rule checks the project only (creating a resource); ``body``: the REST body
     model, the fields the REST path carries instead, and whether the access rule reads
     the body; ``response``: the response type (its empty message when the work answers
     None)."""
@@ -68,11 +68,10 @@ def _resource(
     if kind == "project":
         project = project_of(path)
         return project, {"project": project}
-    parse, key = _KINDS[kind]
-    name = parse(path)
+    name = _KINDS[kind](path)
     params = {"project": name.project}
     if not project_scope:
-        params[key] = name.id
+        params[kind] = name.id
     return name, params
 
 
