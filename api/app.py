@@ -11,12 +11,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 import lakepubsub
-from api import auth, console, docs, errors, models, schemas, snapshots, subscriptions, topics
+from api import auth, console, errors, models
 from api.deps import EngineDep, json_response
-from api.fast import FastRoutes
 from api.grpc import GrpcDoor, oneport
 from api.grpc.services import handlers
-from api.middleware import Admission, LimitBody, Metrics
+from api.rest import docs, schemas, snapshots, subscriptions, topics
+from api.rest.fast import FastRoutes
+from api.rest.middleware import Admission, LimitBody, Metrics
 from lakepubsub import Engine, Settings, gc_tuning, push
 from lakepubsub.peering.peers import Peering
 
@@ -39,7 +40,7 @@ def create_app(engine: Engine | None = None, *, grpc: bool | None = None) -> Fas
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.engine = engine or Engine(Settings.from_env())
-        # [push integration, issue 7] A server (not an app around a given engine)
+        # A server (not an app around a given engine)
         # runs push delivery in a background thread; LAKEPUBSUB_PUSH=false turns it off.
         app.state.push = None
         peering = None
@@ -76,7 +77,7 @@ def create_app(engine: Engine | None = None, *, grpc: bool | None = None) -> Fas
         version=lakepubsub.__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
-        docs_url=None,  # api/docs.py serves /docs with packaged assets
+        docs_url=None,  # api/rest/docs.py serves /docs with packaged assets
         redoc_url=None,  # ReDoc would load its script from a CDN
     )
     errors.install(app)
@@ -86,9 +87,9 @@ def create_app(engine: Engine | None = None, *, grpc: bool | None = None) -> Fas
     # so going first changes no match.
     app.include_router(topics.messaging)
     app.include_router(subscriptions.messaging)
-    # Publish is served before the router (api/fast.py), inside access control.
+    # Publish is served before the router (api/rest/fast.py), inside access control.
     app.add_middleware(FastRoutes)
-    auth.install(app)  # [auth integration, issue 7] IAM routes first; access control middleware
+    auth.install(app)  # IAM routes first; access control middleware
     app.include_router(topics.router)
     app.include_router(subscriptions.router)
     app.include_router(snapshots.router)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import orjson
-from fastapi import Depends, Request
+from fastapi import Depends, Query, Request
 from starlette.responses import Response
 
 from lakepubsub import Engine
@@ -19,6 +19,8 @@ async def get_engine(request: Request) -> Engine:
 
 
 EngineDep = Annotated[Engine, Depends(get_engine)]
+PageSize = Annotated[int, Query(alias="pageSize", ge=0)]
+PageToken = Annotated[str, Query(alias="pageToken")]
 
 
 def json_bytes(body: Any) -> bytes:
@@ -29,3 +31,11 @@ def json_bytes(body: Any) -> bytes:
 
 def json_response(body: Any, status_code: int = 200) -> Response:
     return Response(json_bytes(body), status_code=status_code, media_type="application/json")
+
+
+def page_response(key: str, items: list[Any], token: str) -> Response:
+    """One page of a list: the items under ``key``, and ``nextPageToken`` when more follow."""
+    body: dict[str, Any] = {key: items}
+    if token:
+        body["nextPageToken"] = token
+    return json_response(body)

@@ -17,11 +17,17 @@ class Model(BaseModel):
 
 
 # Pub/Sub fields whose features lakepubsub does not build. They are declared so that a
-# request naming one is refused with a message that says so (api/convert.py
+# request naming one is refused with a message that says so (api/convert/fields.py
 # ``refuse_unbuilt``), on create and update alike, instead of as an unknown field.
 NOT_BUILT = "Not built in lakepubsub: a request that sets it is refused (INVALID_ARGUMENT)."
 # Fields Pub/Sub fills in its answers; a client may send them back, and they are ignored.
 OUTPUT_ONLY = "Output only; ignored in requests."
+
+
+class _Page(Model):
+    """One page of a list; ``nextPageToken`` asks for the next."""
+
+    next_page_token: str | None = None
 
 
 def _not_built() -> Any:
@@ -82,14 +88,12 @@ class UpdateTopicRequest(Model):
     update_mask: str = Field(description="Comma-separated field paths, e.g. 'labels'")
 
 
-class ListTopicsResponse(Model):
+class ListTopicsResponse(_Page):
     topics: list[TopicBody] = Field(default_factory=list)
-    next_page_token: str | None = None
 
 
-class ListTopicSubscriptionsResponse(Model):
+class ListTopicSubscriptionsResponse(_Page):
     subscriptions: list[str] = Field(default_factory=list)
-    next_page_token: str | None = None
 
 
 class PubsubMessage(Model):
@@ -181,9 +185,8 @@ class UpdateSubscriptionRequest(Model):
     update_mask: str
 
 
-class ListSubscriptionsResponse(Model):
+class ListSubscriptionsResponse(_Page):
     subscriptions: list[SubscriptionBody] = Field(default_factory=list)
-    next_page_token: str | None = None
 
 
 class PullRequest(Model):
@@ -262,14 +265,12 @@ class UpdateSnapshotRequest(Model):
     update_mask: str
 
 
-class ListSnapshotsResponse(Model):
+class ListSnapshotsResponse(_Page):
     snapshots: list[SnapshotBody] = Field(default_factory=list)
-    next_page_token: str | None = None
 
 
-class ListTopicSnapshotsResponse(Model):
+class ListTopicSnapshotsResponse(_Page):
     snapshots: list[str] = Field(default_factory=list)
-    next_page_token: str | None = None
 
 
 class Empty(Model):

@@ -8,7 +8,9 @@ A facade: each call goes to its room. Lookups and catalog changes to
 ``resources/directory.py``, publishes to ``publish/publishers.py``, pulls, acks
 and deadline changes to ``delivery/deliveries.py`` (which routes them to the
 topic's owner through ``peering/routing.py``). What is left here puts a
-resource's tables and its catalog entry together, and the life cycle.
+resource's tables and its catalog entry together. ``Rooms``, the base of
+``Engine``, builds the rooms and wires them to one another, and runs their life
+cycle.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import uuid
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import replace
-from typing import Any
+from typing import Any, Self
 
 import pyarrow as pa
 
@@ -25,8 +27,9 @@ from lakepubsub import constants, errors
 from lakepubsub._lake import Lake, settle_checkpoints
 from lakepubsub.delivery import lease_admin, leases
 from lakepubsub.delivery.ackids import split_malformed, with_failures
+from lakepubsub.delivery.context import DeliveryContext
 from lakepubsub.delivery.deliveries import Deliveries
-from lakepubsub.messages import PublishMessage, ReceivedMessage, TruncationEvent
+from lakepubsub.messages import PublishMessage, Pull, ReceivedMessage, TruncationEvent
 from lakepubsub.peering.membership import MEMBERS
 from lakepubsub.peering.peers import Peering
 from lakepubsub.peering.routing import Route, owner_of
@@ -44,10 +47,10 @@ from lakepubsub.schemas.registry import SchemaRegistry
 from lakepubsub.settings import Settings
 
 
-# Longer than 300 lines: 45 documented public calls, most of them a line or two
-# handing the call to its room; the length is their signatures and docstrings.
-class Engine:
-    """Topics, subscriptions, publish, pull and ack on one lake."""
+class Rooms:
+    """One process's rooms on one lake, wired together: the catalog and its
+    directory, the publishers and the intake, the dispatchers, and peering when a
+    server sets it; and their life cycle. ``Engine`` adds the calls."""
 
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or Settings.from_env()
@@ -65,12 +68,9 @@ class Engine:
             check_schema=self.schemas.check_settings,
         )
         self.deliveries = Deliveries(
-            self.lake,
-            self.settings,
+            DeliveryContext(self.lake, self.settings, self._publish_unchecked, self._peered),
             self.resources,
-            dead_letter=self._publish_unchecked,
-            owner=self._owner,
-            peered=self._peered,
+            self._owner,
         )
         # Publishes of every topic commit together through the intake when the
         # settings ask for it, or when the lake has one (its rows must stay
@@ -126,6 +126,52 @@ class Engine:
         changes) would find topics and subscriptions in the cached catalog without
         reading storage: an event loop may then call them inline."""
         return self.resources.is_fresh()
+
+    def _publish_unchecked(self, name: TopicName, messages: list[PublishMessage]) -> None:
+        """Publish system-made messages (dead letters): no client limits, wait for the commit."""
+        entry = self.resources.topic_entry(name, fresh=False)
+        self.publishers.publish_unchecked(entry.uid, messages)
+
+    def _forward_publish(self, topic_uid: str, columns: pa.Table) -> Future[int] | None:
+        """Hand ``columns`` to the topic's owner (a future of their first offset), or
+        None when this process commits them itself."""
+        owner = self._owner(topic_uid)
+        return None if owner is None else owner[0].publish(owner[1], topic_uid, columns)
+
+    def _forget(self, entry: cat.Entry) -> None:
+        """Stop local work on a deleted resource and remove its tables."""
+        self.deliveries.forget(
+            entry.uid, errors.NotFound(f"{entry.kind} was deleted: {entry.name}")
+        )
+        self.publishers.forget(entry.uid)
+        tree = {cat.TOPIC: "topics", cat.SUBSCRIPTION: "subscriptions"}.get(entry.kind, "snapshots")
+        settle_checkpoints(self.lake.uri(tree, entry.uid), forget=True)
+        self.lake.remove_tree(tree, entry.uid)
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Commit queued publishes, answer waiting pulls, stop every thread."""
+        publishers = self.publishers.shut()
+        dispatchers = self.deliveries.shut()
+        for publisher in publishers:
+            publisher.close()
+        if self.intake is not None:
+            self.intake.close()
+        self.deliveries.stop_all(dispatchers)
+        # Background checkpoints of this lake's tables finish before close returns.
+        settle_checkpoints(self.lake.root)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Engine(Rooms):
+    """Topics, subscriptions, publish, pull and ack on one lake: a facade that hands
+    each call to its room."""
 
     # -- topics ----------------------------------------------------------------------------
 
@@ -205,17 +251,6 @@ class Engine:
         """Commit another process's checked group to the topic (this process owns it)."""
         return self.publishers.submit_forwarded(topic_uid, columns)
 
-    def _publish_unchecked(self, name: TopicName, messages: list[PublishMessage]) -> None:
-        """Publish system-made messages (dead letters): no client limits, wait for the commit."""
-        entry = self.resources.topic_entry(name, fresh=False)
-        self.publishers.publish_unchecked(entry.uid, messages)
-
-    def _forward_publish(self, topic_uid: str, columns: pa.Table) -> Future[int] | None:
-        """Hand ``columns`` to the topic's owner (a future of their first offset), or
-        None when this process commits them itself."""
-        owner = self._owner(topic_uid)
-        return None if owner is None else owner[0].publish(owner[1], topic_uid, columns)
-
     # -- subscriptions -----------------------------------------------------------------
 
     def create_subscription(self, sub: Subscription) -> Subscription:
@@ -258,16 +293,6 @@ class Engine:
         in it."""
         return self.deliveries.state(self.resources.subscription(name))
 
-    def _forget(self, entry: cat.Entry) -> None:
-        """Stop local work on a deleted resource and remove its tables."""
-        self.deliveries.forget(
-            entry.uid, errors.NotFound(f"{entry.kind} was deleted: {entry.name}")
-        )
-        self.publishers.forget(entry.uid)
-        tree = {cat.TOPIC: "topics", cat.SUBSCRIPTION: "subscriptions"}.get(entry.kind, "snapshots")
-        settle_checkpoints(self.lake.uri(tree, entry.uid), forget=True)
-        self.lake.remove_tree(tree, entry.uid)
-
     # -- delivery ----------------------------------------------------------------------
 
     def pull_future(
@@ -301,18 +326,9 @@ class Engine:
             name, max_messages=max_messages, return_immediately=return_immediately
         ).result()
 
-    def pull_here(
-        self,
-        name: SubscriptionName,
-        *,
-        max_messages: int,
-        wait_s: float,
-        ack_deadline_s: int | None,
-    ) -> Future[list[ReceivedMessage]]:
+    def pull_here(self, name: SubscriptionName, pull: Pull) -> Future[list[ReceivedMessage]]:
         """A pull on this process's dispatcher (``pull_future`` checked it)."""
-        return self.deliveries.pull_here(
-            name, max_messages=max_messages, wait_s=wait_s, ack_deadline_s=ack_deadline_s
-        )
+        return self.deliveries.pull_here(name, pull)
 
     def withdraw(self, name: SubscriptionName, pull: Future[list[ReceivedMessage]]) -> None:
         """Give up a pull from ``pull_future`` whose receiver went away (a stream or
@@ -429,24 +445,4 @@ class Engine:
 
     def seek_to_snapshot(self, name: SubscriptionName, snapshot: SnapshotName) -> None:
         """Restore the acknowledgment state a snapshot captured."""
-        lease_admin.seek_to_snapshot(self.lake, self.resources, self.deliveries, name, snapshot)
-
-    # -- lifecycle ---------------------------------------------------------------------
-
-    def close(self) -> None:
-        """Commit queued publishes, answer waiting pulls, stop every thread."""
-        publishers = self.publishers.shut()
-        dispatchers = self.deliveries.shut()
-        for publisher in publishers:
-            publisher.close()
-        if self.intake is not None:
-            self.intake.close()
-        self.deliveries.stop_all(dispatchers)
-        # Background checkpoints of this lake's tables finish before close returns.
-        settle_checkpoints(self.lake.root)
-
-    def __enter__(self) -> Engine:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        lease_admin.seek_to_snapshot(self.resources, self.deliveries, name, snapshot)

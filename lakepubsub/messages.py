@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
 import pyarrow as pa
@@ -22,6 +22,24 @@ class PublishMessage:
         """Bytes as Pub/Sub counts them: data, attribute keys and values, ordering key."""
         attrs = sum(len(k.encode()) + len(v.encode()) for k, v in self.attributes.items())
         return len(self.data) + attrs + len(self.ordering_key.encode())
+
+
+@dataclass(frozen=True)
+class Pull:
+    """A checked pull, as the dispatcher that serves it takes it (here or at the
+    topic's owner): at most ``max_messages``, waiting up to ``wait_s`` for them,
+    leased for ``ack_deadline_s`` (None: the subscription's ack deadline)."""
+
+    max_messages: int
+    wait_s: float
+    ack_deadline_s: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Pull:
+        return cls(int(doc["max_messages"]), float(doc["wait_s"]), doc["ack_deadline_s"])
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,11 @@ RELEASED = Counter(
     "Deliveries given back unseen: their pull, stream or long poll ended before they "
     "reached the client, so they are deliverable again at once",
 )
+DEADLINE_CHANGES_UNCHANGED = Counter(
+    "lakepubsub_deadline_changes_unchanged_total",
+    "Ack ids of deadline changes answered without a dispatcher cycle: the change would "
+    "leave every lease as it is (planner.change_leaves_leases)",
+)
 ACKED = Counter("lakepubsub_acked_messages_total", "Acknowledgements applied")
 BACKLOG = Gauge(
     "lakepubsub_subscription_backlog_messages",

@@ -6,8 +6,11 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from lakepubsub import constants
+
+_T = TypeVar("_T")
 
 DEFAULT_LAKE = "./.lake"
 S3_TIERS = ("standard", "express")
@@ -95,31 +98,15 @@ class Settings:
         settings = cls(
             lake=env.get("LAKEPUBSUB_LAKE", DEFAULT_LAKE),
             storage_options=options,
-            catalog_max_staleness_s=(
-                float(env["LAKEPUBSUB_CATALOG_MAX_STALENESS_S"])
-                if env.get("LAKEPUBSUB_CATALOG_MAX_STALENESS_S")
-                else None
-            ),
+            catalog_max_staleness_s=_optional(env, "LAKEPUBSUB_CATALOG_MAX_STALENESS_S", float),
             pull_wait_s=float(env.get("LAKEPUBSUB_PULL_WAIT_S", constants.PULL_WAIT_S)),
-            change_check_s=(
-                float(env["LAKEPUBSUB_CHANGE_CHECK_S"])
-                if env.get("LAKEPUBSUB_CHANGE_CHECK_S")
-                else None
-            ),
-            flush_ms=float(env["LAKEPUBSUB_FLUSH_MS"]) if env.get("LAKEPUBSUB_FLUSH_MS") else None,
+            change_check_s=_optional(env, "LAKEPUBSUB_CHANGE_CHECK_S", float),
+            flush_ms=_optional(env, "LAKEPUBSUB_FLUSH_MS", float),
             s3_tier=env.get("LAKEPUBSUB_S3_TIER") or None,
-            lease_flush_ms=(
-                float(env["LAKEPUBSUB_LEASE_FLUSH_MS"])
-                if env.get("LAKEPUBSUB_LEASE_FLUSH_MS")
-                else None
-            ),
-            intake=_flag(env["LAKEPUBSUB_INTAKE"]) if env.get("LAKEPUBSUB_INTAKE") else None,
+            lease_flush_ms=_optional(env, "LAKEPUBSUB_LEASE_FLUSH_MS", float),
+            intake=_optional(env, "LAKEPUBSUB_INTAKE", _flag),
             intake_lake=env.get("LAKEPUBSUB_INTAKE_LAKE") or None,
-            intake_move_s=(
-                float(env["LAKEPUBSUB_INTAKE_MOVE_S"])
-                if env.get("LAKEPUBSUB_INTAKE_MOVE_S")
-                else None
-            ),
+            intake_move_s=_optional(env, "LAKEPUBSUB_INTAKE_MOVE_S", float),
             max_inflight_requests=int(
                 env.get("LAKEPUBSUB_MAX_INFLIGHT_REQUESTS", constants.MAX_INFLIGHT_REQUESTS)
             ),
@@ -221,6 +208,12 @@ def _is_s3(uri: str) -> bool:
 
 def _bucket(uri: str) -> str:
     return uri.split("://", 1)[1].split("/", 1)[0]
+
+
+def _optional(env: Mapping[str, str], name: str, parse: Callable[[str], _T]) -> _T | None:
+    """``parse`` of the variable ``name``, or None when it is unset or empty."""
+    value = env.get(name)
+    return parse(value) if value else None
 
 
 def _flag(value: str) -> bool:

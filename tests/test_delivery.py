@@ -19,7 +19,7 @@ from lakepubsub import (
     errors,
 )
 from lakepubsub.delivery.ackids import INVALID_ACK_ID
-from lakepubsub.delivery.dispatcher import BACKLOG_EVERY_S
+from lakepubsub.delivery.cycle import BACKLOG_EVERY_S
 from lakepubsub.delivery.leases import LeaseState
 
 TOPIC = TopicName("proj", "work")

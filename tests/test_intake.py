@@ -19,7 +19,7 @@ from support import LakeSpec, MotoServer
 from lakepubsub import Engine, constants, errors
 from lakepubsub._lake import Lake
 from lakepubsub.messages import PublishMessage
-from lakepubsub.publish.intake import RANGES_TAG, _ranges
+from lakepubsub.publish.intake_ranges import RANGES_TAG, decode
 from lakepubsub.publish.messages_table import MessagesTable
 from lakepubsub.resources.names import SubscriptionName, TopicName
 from lakepubsub.resources.subscriptions import Subscription
@@ -160,7 +160,7 @@ def test_two_writers_on_one_topic_never_share_an_offset(lake: LakeSpec) -> None:
 
 def test_moved_files_leave_the_intake(lake: LakeSpec, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(constants, "INTAKE_REMOVE_GRACE_S", 0.0)
-    monkeypatch.setattr("lakepubsub.publish.intake.REMOVAL_PASS_S", 0.2)
+    monkeypatch.setattr("lakepubsub.publish.intake_moves.REMOVAL_PASS_S", 0.2)
     settings = lake.settings(intake=True, intake_move_s=0.2)
     topic, _ = _names(0)
     with Engine(settings) as engine:
@@ -229,10 +229,10 @@ def test_a_files_rows_give_the_ranges_its_tag_gives(local_lake: LakeSpec) -> Non
             list(pool.map(lambda t: engine.publish(t, [PublishMessage(b"r")] * 5), names * 4))
         intake = engine.intake
         assert intake is not None
-        live = intake._log.files if intake._log is not None else {}
+        live = intake.view.log.files
         assert live
         for path, f in live.items():
-            assert intake._ranges_of(path) == _ranges(f.tags[RANGES_TAG])
+            assert intake.view.ranges_of(path) == decode(f.tags[RANGES_TAG])
 
 
 def test_the_intake_may_live_elsewhere_and_every_process_finds_it(lake: LakeSpec) -> None:

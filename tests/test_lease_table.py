@@ -13,7 +13,8 @@ from lakepubsub._lake import Lake, table_schemas
 from lakepubsub.constants import ACTIVITY_RESOLUTION_S, US_PER_S
 from lakepubsub.delivery.ackids import AckId
 from lakepubsub.delivery.lease_table import MAX_FILES, LeaseTable
-from lakepubsub.delivery.leases import LeaseState, Planner, Policy, Row, initial_rows
+from lakepubsub.delivery.leases import LeaseState, Row, initial_rows
+from lakepubsub.delivery.planner import Planner, Policy
 
 POLICY = Policy(tag="t", ack_deadline_s=10)
 NOW_US = 1_700_000_000_000_000

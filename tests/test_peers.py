@@ -25,7 +25,8 @@ from lakepubsub import (
     TopicName,
     metrics,
 )
-from lakepubsub.delivery.leases import INVALID_ACK_ID
+from lakepubsub.delivery.ackids import INVALID_ACK_ID
+from lakepubsub.messages import Pull
 from lakepubsub.peering.membership import Member
 from lakepubsub.peering.peers import Peering
 from lakepubsub.peering.transport import Unreachable
@@ -133,7 +134,7 @@ def test_errors_cross_as_their_class(pair: tuple[Engine, Engine]) -> None:
     uid = owner.resources.topic_entry(TOPIC).uid
     member = other.peering.owner(uid)
     assert member is not None
-    future = other.peering.pull(member, sub.path, 1, 0.0, None)
+    future = other.peering.pull(member, sub.path, Pull(1, 0.0))
     with pytest.raises(Exception) as raised:
         future.result()
     assert type(raised.value).__name__ == "NotFound"

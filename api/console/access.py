@@ -1,6 +1,6 @@
 """Who is looking at the console, and what they may see and do.
 
-The console authenticates as the API does (``api/auth.py``): an API key or a
+The console authenticates as the API does (``api/auth/``): an API key or a
 JWT, sent as a bearer token, or kept by the browser in a cookie that the login
 page sets; anonymous callers are admitted as ``LAKEPUBSUB_ALLOW_ANONYMOUS``
 says. What a page shows and which actions it offers follow the caller's

@@ -160,11 +160,15 @@ def as_json(data: bytes) -> str | None:
         return None
 
 
+# Bytes shown as themselves in a hex dump: ASCII space to tilde.
+_PRINTABLE = range(0x20, 0x7F)
+
+
 def as_hex(data: bytes) -> str:
     """16 bytes a line: offset, hex, printable characters."""
     lines = []
     for at in range(0, min(len(data), SHOWN_BYTES), 16):
         chunk = data[at : at + 16]
-        printable = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
+        printable = "".join(chr(b) if b in _PRINTABLE else "." for b in chunk)
         lines.append(f"{at:08x}  {chunk.hex(' '):<47}  {printable}")
     return "\n".join(lines)

@@ -15,12 +15,21 @@ MAX_POINTS = 240
 _PAD_LEFT, _PAD_RIGHT, _PAD_TOP, _PAD_BOTTOM = 56, 8, 18, 18
 
 
+# Values from here up show no decimals ("123", not "1.2e+02").
+_WHOLE_FROM = 100
+_MINUTE_S, _HOUR_S, _DAY_S = 60, 3600, 86400
+
+
 def human(value: float, unit: str = "") -> str:
     """1234 -> "1.2k", with an optional unit ("B" uses KiB-style steps of 1024)."""
     step = 1024.0 if unit == "B" else 1000.0
     for prefix in ("", "k", "M", "G", "T"):
         if abs(value) < step or prefix == "T":
-            text = f"{value:.0f}" if value == int(value) or abs(value) >= 100 else f"{value:.2g}"
+            text = (
+                f"{value:.0f}"
+                if value == int(value) or abs(value) >= _WHOLE_FROM
+                else f"{value:.2g}"
+            )
             if prefix:
                 text = f"{value:.1f}"
             return f"{text}{prefix}{unit}" if prefix or unit else text
@@ -31,13 +40,13 @@ def human(value: float, unit: str = "") -> str:
 def duration(seconds: float) -> str:
     """An age as people read it: 42s, 3m 5s, 2h 1m, 3d 4h."""
     s = int(seconds)
-    if s < 60:
+    if s < _MINUTE_S:
         return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m {s % 60}s"
-    if s < 86400:
-        return f"{s // 3600}h {s % 3600 // 60}m"
-    return f"{s // 86400}d {s % 86400 // 3600}h"
+    if s < _HOUR_S:
+        return f"{s // _MINUTE_S}m {s % _MINUTE_S}s"
+    if s < _DAY_S:
+        return f"{s // _HOUR_S}h {s % _HOUR_S // _MINUTE_S}m"
+    return f"{s // _DAY_S}d {s % _DAY_S // _HOUR_S}h"
 
 
 def _thin(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:

@@ -4,6 +4,7 @@ this process's S3 requests."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from fastapi import Request
@@ -12,18 +13,17 @@ from starlette.responses import Response
 from api.console.access import Viewer
 from api.console.charts import duration, human, line
 from api.console.maintenance import JOBS, JobCommit, Seen, kept_from
-from api.console.sampler import S3, Sampler, per_second, rate
+from api.console.sampler import S3, Sampler, Series, per_second, rate
 from api.console.tables import Footprint
 from api.console.web import (
-    console_of,
     engine_of,
     page,
     router,
+    sampled,
     series_of,
     sub_resource,
     topic_resource,
     when,
-    window_of,
 )
 from lakepubsub import errors
 from lakepubsub._lake.meter import METER, SECONDS_PER_MONTH, USD_PER_1000
@@ -64,8 +64,7 @@ async def schema_list(request: Request) -> Response:
 @router.get("/lake")
 async def lake(request: Request) -> Response:
     engine = engine_of(request)
-    sampler = console_of(request).sampler(engine)
-    window = window_of(request)
+    sampler, window = sampled(request)
 
     def build(v: Viewer) -> tuple[str, dict[str, Any]]:
         tables = []
@@ -73,21 +72,12 @@ async def lake(request: Request) -> Response:
             series = sampler.series(name)
             if series is not None and series.size is not None:
                 tables.append(_table_row(name, "the lake", series.size))
-        for e in v.view.of_kind(cat.TOPIC):
-            series = sampler.series(e.uid)
-            if series is None or series.size is None:
-                continue
-            if v.may("pubsub.topics.get", topic_resource(e.project, e.name)):
-                path = f"topics/{e.uid}/messages"
-                row = _table_row(path, f"topic {e.project}/{e.name}", series.size)
-                tables.append({**row, **_job_commits(series.jobs)})
-        for e in v.view.of_kind(cat.SUBSCRIPTION):
-            series = sampler.series(e.uid)
-            if series is None or series.size is None:
-                continue
-            if v.may("pubsub.subscriptions.get", sub_resource(e.project, e.name)):
-                path = f"subscriptions/{e.uid}/leases"
-                tables.append(_table_row(path, f"subscription {e.project}/{e.name}", series.size))
+        for e, series, size in _sized(v, sampler, cat.TOPIC):
+            row = _table_row(f"topics/{e.uid}/messages", f"topic {e.project}/{e.name}", size)
+            tables.append({**row, **_job_commits(series.jobs)})
+        for e, _, size in _sized(v, sampler, cat.SUBSCRIPTION):
+            path = f"subscriptions/{e.uid}/leases"
+            tables.append(_table_row(path, f"subscription {e.project}/{e.name}", size))
         return "lake.html", {
             "title": "Lake",
             "live": True,
@@ -103,6 +93,24 @@ async def lake(request: Request) -> Response:
         }
 
     return await page(request, "lake", build)
+
+
+# The permission that shows a topic's or a subscription's table, and its resource.
+_READ = {
+    cat.TOPIC: ("pubsub.topics.get", topic_resource),
+    cat.SUBSCRIPTION: ("pubsub.subscriptions.get", sub_resource),
+}
+
+
+def _sized(v: Viewer, sampler: Sampler, kind: str) -> Iterator[tuple[cat.Entry, Series, Footprint]]:
+    """The entries of ``kind`` whose table has been measured and that ``v`` may see."""
+    permission, resource = _READ[kind]
+    for e in v.view.of_kind(kind):
+        series = sampler.series(e.uid)
+        if series is None or series.size is None:
+            continue
+        if v.may(permission, resource(e.project, e.name)):
+            yield e, series, series.size
 
 
 def _table_row(path: str, of: str, size: Footprint) -> dict[str, Any]:

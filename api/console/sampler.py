@@ -93,9 +93,13 @@ class Series:
     error: str = ""
 
 
+# A rate needs two samples of a cumulative series.
+_RATE_POINTS = 2
+
+
 def rate(points: list[tuple[float, float]], window_s: float = RATE_WINDOW_S) -> float | None:
     """Per second, over the newest ``window_s`` of a cumulative series."""
-    if len(points) < 2:
+    if len(points) < _RATE_POINTS:
         return None
     t1, v1 = points[-1]
     t0, v0 = next(((t, v) for t, v in points if t >= t1 - window_s), points[0])

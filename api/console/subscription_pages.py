@@ -14,16 +14,15 @@ from api.console.replay import MAX_REPLAY
 from api.console.sampler import Sampler, SubscriptionPoint, per_second, rate
 from api.console.tables import pending_events
 from api.console.web import (
-    console_of,
-    engine_of,
+    live_list,
     matches,
     page,
     rate_text,
     router,
+    sampled,
     series_of,
     sub_resource,
     when,
-    window_of,
 )
 from lakepubsub import errors
 from lakepubsub._lake import table_schemas
@@ -39,9 +38,7 @@ SHOWN_LEASES = 20
 
 @router.get("/subscriptions")
 async def subscriptions(request: Request, q: str = "") -> Response:
-    engine = engine_of(request)
-    sampler = console_of(request).sampler(engine)
-    window = window_of(request)
+    sampler, window = sampled(request)
 
     def build(v: Viewer) -> tuple[str, dict[str, Any]]:
         now = time.time()
@@ -70,23 +67,14 @@ async def subscriptions(request: Request, q: str = "") -> Response:
                     ),
                 }
             )
-        return "subscriptions.html", {
-            "title": "Subscriptions",
-            "rows": rows,
-            "q": q,
-            "live": True,
-            "interval": f"{sampler.interval_s:g}",
-            "sampled": sampler.samples > 0,
-        }
+        return live_list("subscriptions.html", "Subscriptions", rows, q, sampler)
 
     return await page(request, "subscriptions", build)
 
 
 @router.get("/subscriptions/{project}/{subscription}")
 async def subscription(request: Request, project: str, subscription: str) -> Response:
-    engine = engine_of(request)
-    sampler = console_of(request).sampler(engine)
-    window = window_of(request)
+    sampler, window = sampled(request)
 
     def build(v: Viewer) -> tuple[str, dict[str, Any]]:
         resource = sub_resource(project, subscription)

@@ -17,17 +17,18 @@ from api.console.web import (
     ROOT,
     console_of,
     engine_of,
+    live_list,
     matches,
     page,
     parse_int,
     parse_time_us,
     rate_text,
     router,
+    sampled,
     series_of,
     sub_resource,
     topic_resource,
     when,
-    window_of,
 )
 from lakepubsub import errors
 from lakepubsub.resources import catalog as cat
@@ -44,9 +45,7 @@ def home() -> Response:
 
 @router.get("/topics")
 async def topics(request: Request, q: str = "") -> Response:
-    engine = engine_of(request)
-    sampler = console_of(request).sampler(engine)
-    window = window_of(request)
+    sampler, window = sampled(request)
 
     def build(v: Viewer) -> tuple[str, dict[str, Any]]:
         now = time.time()
@@ -74,23 +73,14 @@ async def topics(request: Request, q: str = "") -> Response:
                     ),
                 }
             )
-        return "topics.html", {
-            "title": "Topics",
-            "rows": rows,
-            "q": q,
-            "live": True,
-            "interval": f"{sampler.interval_s:g}",
-            "sampled": sampler.samples > 0,
-        }
+        return live_list("topics.html", "Topics", rows, q, sampler)
 
     return await page(request, "topics", build)
 
 
 @router.get("/topics/{project}/{topic}")
 async def topic(request: Request, project: str, topic: str) -> Response:
-    engine = engine_of(request)
-    sampler = console_of(request).sampler(engine)
-    window = window_of(request)
+    sampler, window = sampled(request)
 
     def build(v: Viewer) -> tuple[str, dict[str, Any]]:
         v.require("pubsub.topics.get", topic_resource(project, topic))

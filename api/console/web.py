@@ -134,6 +134,21 @@ async def page(request: Request, section: str, build: Build) -> Response:
     return console.templates.TemplateResponse(request, template, common(request, v, section, **ctx))
 
 
+def live_list(
+    template: str, title: str, rows: list[dict[str, Any]], q: str, sampler: Sampler
+) -> tuple[str, dict[str, Any]]:
+    """A list page that refreshes itself (topics, subscriptions): its rows, the search
+    and how often the sampler looks."""
+    return template, {
+        "title": title,
+        "rows": rows,
+        "q": q,
+        "live": True,
+        "interval": f"{sampler.interval_s:g}",
+        "sampled": sampler.samples > 0,
+    }
+
+
 def when(us: int) -> str:
     return datetime.fromtimestamp(us / 1e6, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
@@ -153,6 +168,11 @@ def sub_resource(project: str, subscription: str) -> Resource:
 
 def series_of(points: list[Any], attr: str) -> list[tuple[float, float]]:
     return [(p.t, float(getattr(p, attr))) for p in points]
+
+
+def sampled(request: Request) -> tuple[Sampler, float]:
+    """A live page's sampler (the console's, of the app's engine) and its charts' window."""
+    return console_of(request).sampler(engine_of(request)), window_of(request)
 
 
 def window_of(request: Request) -> float:

@@ -97,7 +97,7 @@ class Call:
         return self._principal
 
     async def check(self, rule: str, params: Mapping[str, str], body: Any = None) -> None:
-        """Authenticate, then authorize as access rule ``rule`` (api/auth.py RULES)."""
+        """Authenticate, then authorize as access rule ``rule`` (api/auth/rules.py RULES)."""
         principal = await self.principal()
         await auth.authorize(self.door.state, principal, rule, params, body)
 

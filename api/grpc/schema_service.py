@@ -1,5 +1,5 @@
 """google.pubsub.v1.SchemaService as gRPC methods: each calls the REST door's route
-function (``api/schemas.py``), so both doors share one definition of every check."""
+function (``api/rest/schemas.py``), so both doors share one definition of every check."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from google.protobuf.message import Message
 from google.pubsub_v1.types import schema as sc
 from starlette.responses import Response
 
-from api import schemas
 from api.grpc.door import Call, GrpcDoor, Handler, as_dict, from_json, project_of, validated
 from api.grpc.wire import pb
 from api.models import Model
+from api.rest import schemas
 from lakepubsub.schemas.registry import parse_revision_name
 
 SCHEMA_SERVICE = "google.pubsub.v1.SchemaService"

@@ -18,13 +18,14 @@ from google.protobuf import empty_pb2, json_format
 from google.protobuf.message import Message
 from google.pubsub_v1.types import pubsub as ps
 
-from api import auth, convert, subscriptions
+from api import auth, convert
 from api.grpc.admin import PUBLISHER_ADMIN, SUBSCRIBER_ADMIN
 from api.grpc.admin import methods as admin_methods
 from api.grpc.door import Call, GrpcDoor, Handler, as_dict, unary, validated
 from api.grpc.schema_service import METHODS as SCHEMA_METHODS
 from api.grpc.streaming import streaming_pull_handler
 from api.grpc.wire import add_received, pb, subscription_name, topic_name
+from api.rest import subscriptions
 from lakepubsub import errors
 from lakepubsub.publish import batches
 from lakepubsub.resources.iam import Resource
@@ -106,14 +107,7 @@ async def modify_ack_deadline(door: GrpcDoor, request: Any, call: Call) -> Messa
     await call.check("modify_ack_deadline", _sub_params(name))
     ack_ids = list(request.ack_ids)
     seconds = request.ack_deadline_seconds
-    engine = door.engine
-    if engine.lookups_need_no_io():  # a receipt modack of this process's streams
-        sub = engine.get_subscription(name, fresh=False)
-        if not sub.enable_exactly_once_delivery and door.streams.unchanged(
-            sub.uid, ack_ids, seconds
-        ):
-            return Empty()
-    future = engine.modify_ack_deadline_future(name, ack_ids, seconds)
+    future = door.engine.modify_ack_deadline_future(name, ack_ids, seconds)
     failures = await asyncio.wrap_future(future)
     door.streams.extended(ack_ids, seconds, failures)
     error = convert.ack_failures_error(failures)

@@ -37,11 +37,9 @@ import grpc
 from google.pubsub_v1.types import pubsub as ps
 
 from api.grpc.door import GRPC_REQUESTS, Call, GrpcDoor, abort, failure_of, parse
-from api.grpc.streams import UNKNOWN as _UNKNOWN
 from api.grpc.wire import add_received, subscription_name
-from api.subscriptions import start_pull
+from api.rest.subscriptions import start_pull
 from lakepubsub import Engine, SubscriptionName, constants, errors
-from lakepubsub.delivery.leases import LEASE_SLACK_US
 from lakepubsub.messages import ReceivedMessage
 
 log = logging.getLogger(__name__)
@@ -58,7 +56,6 @@ STREAM_PULL_MESSAGES = 5_000
 # Without a limit from the client, at most this many deliveries are out per stream
 # (Google's clients ask for 1,000 by default).
 DEFAULT_MAX_OUTSTANDING = 10_000
-_SLACK_S = LEASE_SLACK_US / constants.US_PER_S
 # Clients that open a stream with this protocol_version or later expect an answer
 # to their keepalive pings (empty requests).
 PING_PROTOCOL_VERSION = 1
@@ -71,7 +68,6 @@ class Stream:
         self.door = door
         self.context = context
         self.attempts = sub.reports_delivery_attempts  # whether delivery_attempt is sent
-        self.uid = sub.uid
         self.name = subscription_name(first.subscription)
         self.exactly_once = bool(sub.enable_exactly_once_delivery)
         self.ordering = bool(sub.enable_message_ordering)
@@ -86,11 +82,9 @@ class Stream:
         if self.max_messages <= 0:
             self.max_messages = DEFAULT_MAX_OUTSTANDING
         self.max_bytes = max(0, first.max_outstanding_bytes)
-        # ack id -> (bytes, lease end, lease end at least) on time.monotonic(): the
-        # lease ends by the first plus the slack (the pull's answer came later than
-        # the dispatcher's plan) and not before the second (the plan came after the
-        # pull was sent); the second is _UNKNOWN once a deadline change was applied.
-        self.out: dict[str, tuple[int, float, float]] = {}
+        # ack id -> (bytes, lease end) on time.monotonic(): the lease ends by then
+        # plus the slack (the pull's answer came later than the dispatcher's plan).
+        self.out: dict[str, tuple[int, float]] = {}
         self.out_bytes = 0
         # No delivery in ``out`` expires before this (a lower bound: leases only
         # get longer), so ``room`` looks for expired ones only once it has passed.
@@ -120,7 +114,7 @@ class Stream:
         for ack_id in ack_ids:
             entry = out.get(ack_id)
             if entry is not None:
-                out[ack_id] = (entry[0], until, _UNKNOWN)
+                out[ack_id] = (entry[0], until)
         self._soonest = min(self._soonest, until)
 
     def _lease_s(self) -> int:
@@ -130,7 +124,7 @@ class Stream:
         """How many messages the stream may be sent now (0: wait for acks)."""
         now = time.monotonic()
         if now >= self._soonest:
-            expired = [a for a, (_, until, _) in self.out.items() if until <= now]
+            expired = [a for a, (_, until) in self.out.items() if until <= now]
             if expired:
                 self.door.streams.settled(expired)
             self._soonest = min((entry[1] for entry in self.out.values()), default=float("inf"))
@@ -178,11 +172,11 @@ class Stream:
                 if not pulled.done():
                     continue  # the loop ends, or ends the stream; the pull is cancelled then
                 waiting.discard(pulled)
-                received, sent, lease_s = pulled.result()
+                received, lease_s = pulled.result()
                 pulled, self._pending, self._unsent = None, None, received
                 if not received:
                     continue
-                self._record(received, sent, lease_s)
+                self._record(received, lease_s)
                 room = self.room()
                 if room > 0:
                     pulled = asyncio.ensure_future(self._pull(room))
@@ -210,25 +204,23 @@ class Stream:
                 None, _withdraw_and_release, engine, self.name, pending, unsent
             )
 
-    async def _pull(self, room: int) -> tuple[list[ReceivedMessage], float, int]:
-        """Deliveries, when the pull was sent (time.monotonic()) and their lease."""
+    async def _pull(self, room: int) -> tuple[list[ReceivedMessage], int]:
+        """Deliveries and their lease."""
         lease_s = self._lease_s()
-        sent = time.monotonic()
         future = await start_pull(
             self.door.engine, self.name, max_messages=room, ack_deadline_s=lease_s
         )
         self._pending = future
-        return await asyncio.wrap_future(future), sent, lease_s
+        return await asyncio.wrap_future(future), lease_s
 
-    def _record(self, received: list[ReceivedMessage], sent: float, lease_s: int) -> None:
+    def _record(self, received: list[ReceivedMessage], lease_s: int) -> None:
         """Deliveries take the stream's room from now until acked, nacked or expired."""
         until = time.monotonic() + lease_s
-        at_least = sent + lease_s + _SLACK_S
         self._soonest = min(self._soonest, until)
         out = self.out
         for r in received:
             size = r.message.size if r.message is not None else 0
-            out[r.ack_id] = (size, until, at_least)
+            out[r.ack_id] = (size, until)
             self.out_bytes += size
         self.door.streams.delivered(self, [r.ack_id for r in received])
 
@@ -276,26 +268,17 @@ class Stream:
 
     async def _settle(self, ack_ids: list[str], seconds: int | None) -> None:
         streams = self.door.streams
-        if (
-            seconds is not None
-            and not self.exactly_once
-            and streams.unchanged(self.uid, ack_ids, seconds)
-        ):
-            return  # not exactly-once: no confirmation is due
         # A malformed id fails alone, as on every door (ackids.split_malformed).
         engine = self.door.engine
         if seconds is None:
             future = engine.acknowledge_future(self.name, ack_ids)
         else:
             future = engine.modify_ack_deadline_future(self.name, ack_ids, seconds)
-        out = []
         if seconds is None:  # the room frees now: the next pull can join the ack's commit
-            out = streams.settled(ack_ids)
+            streams.settled(ack_ids)
         failures = await asyncio.wrap_future(future)
         if seconds is not None:
             streams.extended(ack_ids, seconds, failures)
-        elif out and not failures and not self.exactly_once:
-            streams.acked(out)
         if self.exactly_once:
             await self._confirm(ack_ids, failures, seconds)
 

@@ -1,5 +1,6 @@
 """The log's JSON: the live data files, read from add actions or from delta-rs's
-flattened ones, and the statistics written with a new file."""
+flattened ones; the data files written, their statistics, and the actions and
+commit bodies that name them."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 # Delta truncates string statistics; longer values get no min/max (still correct).
 MAX_STRING_STAT_CHARS = 32
@@ -23,8 +25,13 @@ MAX_STRING_STAT_CHARS = 32
 # results are the same: integers compare as numbers, strings by code point, which
 # is UTF-8 byte order.)
 SMALL_STATS_ROWS = 64
+# The Delta protocol versions this writer implements (no table features).
+MAX_READER_VERSION = 1
+MAX_WRITER_VERSION = 2
 _MS_PER_S = 1000
 _US_PER_MS = 1000
+# The commitInfo's engineInfo and clientVersion of the commits written here.
+ENGINE = "lakepubsub"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,9 +52,21 @@ class DataFile:
     tags: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """What a commit says it did, in its commitInfo."""
+
+    name: str
+    parameters: Mapping[str, Any]
+    blind_append: bool
+
+
 def refusal(protocol: Any, metadata: Any) -> str | None:
     """Why direct writes to this table would be wrong, if they would."""
-    if protocol.min_reader_version > 1 or protocol.min_writer_version > 2:
+    if (
+        protocol.min_reader_version > MAX_READER_VERSION
+        or protocol.min_writer_version > MAX_WRITER_VERSION
+    ):
         return (
             f"Delta protocol ({protocol.min_reader_version}, {protocol.min_writer_version}) "
             "has features lakepubsub's writer does not implement"
@@ -198,3 +217,73 @@ def _format_ms(ms: int) -> str:
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def parquet_file(rows: pa.Table, *, row_group_rows: int | None) -> pa.Buffer:
+    """``rows`` as the bytes of a new data file."""
+    # Into memory, then one write: half the time of letting pyarrow open the
+    # file. No dictionaries: payloads are mostly unique, and encoding them
+    # costs more than it saves.
+    sink = pa.BufferOutputStream()
+    pq.write_table(
+        rows,
+        sink,
+        compression="snappy",
+        use_dictionary=False,
+        row_group_size=row_group_rows,
+        write_statistics=statistics_columns(rows.schema),
+    )
+    return sink.getvalue()
+
+
+def add_action(
+    path: str,
+    rows: pa.Table,
+    *,
+    size: int,
+    modification_ms: int,
+    data_change: bool,
+    tags: Mapping[str, str] | None,
+) -> dict[str, Any]:
+    """The add action of a new data file holding ``rows``."""
+    add = {
+        "path": path,
+        "partitionValues": {},
+        "size": size,
+        "modificationTime": modification_ms,
+        "dataChange": data_change,
+        "stats": orjson.dumps(stats(rows)).decode(),
+    }
+    if tags:
+        add["tags"] = dict(tags)
+    return {"add": add}
+
+
+def remove_action(path: str, *, size: int, data_change: bool) -> dict[str, Any]:
+    """The remove action of a live data file."""
+    return {
+        "remove": {
+            "path": path,
+            "deletionTimestamp": now_ms(),
+            "dataChange": data_change,
+            "extendedFileMetadata": True,
+            "partitionValues": {},
+            "size": size,
+        }
+    }
+
+
+def commit_body(actions: list[dict[str, Any]], operation: Operation, *, marker: str) -> bytes:
+    """A commit file: its commitInfo (``marker`` as its txnId), then ``actions``."""
+    info = {
+        "commitInfo": {
+            "timestamp": now_ms(),
+            "operation": operation.name,
+            "operationParameters": dict(operation.parameters),
+            "isBlindAppend": operation.blind_append,
+            "engineInfo": ENGINE,
+            "clientVersion": ENGINE,
+            "txnId": marker,
+        }
+    }
+    return b"\n".join(orjson.dumps(a) for a in (info, *actions)) + b"\n"

@@ -26,27 +26,28 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import orjson
 import pyarrow as pa
-import pyarrow.parquet as pq
 from deltalake.exceptions import CommitFailedError
+from deltalake.fs import DeltaStorageHandler
+from pyarrow.fs import PyFileSystem
 
 from lakepubsub import constants, errors
 from lakepubsub._lake import checkpointer, checkpoints
 from lakepubsub._lake.actions import (
     DataFile,
+    Operation,
+    add_action,
+    commit_body,
     data_file,
     files_of,
     now_ms,
+    parquet_file,
     refusal,
-    statistics_columns,
-    stats,
+    remove_action,
 )
 from lakepubsub._lake.storage import Lake, storage_errors
 
 log = logging.getLogger(__name__)
-
-ENGINE = "lakepubsub"
 
 
 class TableLog:
@@ -154,9 +155,6 @@ class TableLog:
     def _table_filesystem(self) -> Any:
         """A pyarrow filesystem rooted at the table (S3 only; local paths are absolute)."""
         if self._filesystem is None:
-            from deltalake.fs import DeltaStorageHandler
-            from pyarrow.fs import PyFileSystem
-
             options = dict(self._lake.storage_options or {})
             self._filesystem = PyFileSystem(DeltaStorageHandler(self.uri, options))
         return self._filesystem
@@ -179,33 +177,17 @@ class TableLog:
         """
         self._check_writable(removes=False)
         name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
-        target = self.path_of(name)
-        # Into memory, then one write: half the time of letting pyarrow open the
-        # file. No dictionaries: payloads are mostly unique, and encoding them
-        # costs more than it saves.
-        sink = pa.BufferOutputStream()
-        pq.write_table(
-            rows,
-            sink,
-            compression="snappy",
-            use_dictionary=False,
-            row_group_size=row_group_rows,
-            write_statistics=statistics_columns(rows.schema),
-        )
-        data = sink.getvalue()
+        data = parquet_file(rows, row_group_rows=row_group_rows)
         with storage_errors(self.uri):
-            self._lake.objects.put(target, data)
-        add = {
-            "path": name,
-            "partitionValues": {},
-            "size": data.size,
-            "modificationTime": self._modification_time(),
-            "dataChange": data_change,
-            "stats": orjson.dumps(stats(rows)).decode(),
-        }
-        if tags:
-            add["tags"] = dict(tags)
-        return {"add": add}
+            self._lake.objects.put(self.path_of(name), data)
+        return add_action(
+            name,
+            rows,
+            size=data.size,
+            modification_ms=self._modification_time(),
+            data_change=data_change,
+            tags=tags,
+        )
 
     def _modification_time(self) -> int:
         """Now in milliseconds, but after every file this handle wrote before. Delta's
@@ -229,16 +211,7 @@ class TableLog:
     def remove(self, path: str, *, data_change: bool = True) -> dict[str, Any]:
         """The remove action of a live file, to pass to ``commit``."""
         self._check_writable(removes=True)
-        return {
-            "remove": {
-                "path": path,
-                "deletionTimestamp": now_ms(),
-                "dataChange": data_change,
-                "extendedFileMetadata": True,
-                "partitionValues": {},
-                "size": self.files[path].size,
-            }
-        }
+        return remove_action(path, size=self.files[path].size, data_change=data_change)
 
     def commit(
         self,
@@ -256,35 +229,15 @@ class TableLog:
         but which landed counts as landed.
         """
         try:
-            return self._commit(
-                actions, operation=operation, parameters=parameters, blind_append=blind_append
-            )
+            return self._commit(actions, Operation(operation, parameters, blind_append))
         except CommitFailedError:
             self._discard(actions)
             raise
 
-    def _commit(
-        self,
-        actions: list[dict[str, Any]],
-        *,
-        operation: str,
-        parameters: Mapping[str, Any],
-        blind_append: bool,
-    ) -> int:
+    def _commit(self, actions: list[dict[str, Any]], operation: Operation) -> int:
         version = self.version + 1
         marker = uuid.uuid4().hex
-        info = {
-            "commitInfo": {
-                "timestamp": now_ms(),
-                "operation": operation,
-                "operationParameters": dict(parameters),
-                "isBlindAppend": blind_append,
-                "engineInfo": ENGINE,
-                "clientVersion": ENGINE,
-                "txnId": marker,
-            }
-        }
-        body = b"\n".join(orjson.dumps(a) for a in (info, *actions)) + b"\n"
+        body = commit_body(actions, operation, marker=marker)
         uri = self._commit_uri(version)
         with storage_errors(self.uri):
             landed = self._lake.objects.put_if_absent(uri, body)
@@ -318,12 +271,11 @@ class TableLog:
         where delta-rs's own retry loop (a snapshot reload per attempt) loses.
         """
         removed = {a["remove"]["path"] for a in actions if "remove" in a}
+        rewrite = Operation(operation, parameters, blind_append=False)
         try:
             for _ in range(attempts):
                 try:
-                    return self._commit(
-                        actions, operation=operation, parameters=parameters, blind_append=False
-                    )
+                    return self._commit(actions, rewrite)
                 except CommitFailedError:
                     self.tail()
                     if not removed <= self.files.keys():

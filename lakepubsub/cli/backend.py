@@ -15,6 +15,7 @@ from urllib.parse import urlparse
 import click
 import httpx
 
+from lakepubsub import Engine, Settings
 from lakepubsub.errors import LakePubSubError, one_line
 
 # How long one CLI request may take (a long-polling pull waits up to ~10 s).
@@ -33,8 +34,6 @@ DIRECTORY_HINT = "--lake (LAKEPUBSUB_LAKE) must name a directory this user can c
 def check_lake(lake: str) -> str:
     """Fail now, in one line, if this process cannot work on ``lake`` (a directory it
     cannot create or write, a missing bucket…); return ``lake_root(lake)``."""
-    from lakepubsub import Engine, Settings
-
     root = lake_root(lake)
     try:
         with Engine(Settings.from_env({**os.environ, "LAKEPUBSUB_LAKE": root})) as engine:
@@ -103,7 +102,7 @@ def _answer(response: httpx.Response) -> Any:
         doc = response.json() if response.content else {}
     except ValueError:
         doc = {"error": {"message": response.text[:200]}}
-    if response.status_code >= 400:
+    if response.is_error:
         error = doc.get("error", {}) if isinstance(doc, dict) else {}
         raise RequestFailed(
             str(error.get("status", response.status_code)), str(error.get("message", doc))
@@ -137,10 +136,9 @@ class DirectBackend:
     transport, with its lifespan run as a server runs it."""
 
     def __init__(self, lake: str) -> None:
-        import anyio.from_thread
+        import anyio.from_thread  # noqa: PLC0415 — ~0.1 s to import, only for --direct
 
-        from api.app import create_app
-        from lakepubsub import Engine, Settings
+        from api.app import create_app  # noqa: PLC0415 — the REST app loads only for --direct
 
         root = lake_root(lake)
         try:
@@ -189,6 +187,27 @@ def project_id(ctx: click.Context) -> str:
 def none_found(text: str) -> None:
     """An empty result, said on stderr (stdout stays empty for scripts)."""
     click.echo(text, err=True)
+
+
+def echo_each(lines: Iterator[str], *, none: str) -> None:
+    """Print the lines, one a line; ``none`` (by ``none_found``) if there was none."""
+    found = False
+    for line in lines:
+        click.echo(line)
+        found = True
+    if not found:
+        none_found(none)
+
+
+def resource_path(ctx: click.Context, collection: str, name: str) -> str:
+    """The REST path of the resource ``name`` in a collection of the project."""
+    return f"/v1/projects/{project_id(ctx)}/{collection}/{name}"
+
+
+def delete(ctx: click.Context, collection: str, name: str, *, kind: str) -> None:
+    """Delete a resource of the project and say so."""
+    backend(ctx).call("DELETE", resource_path(ctx, collection, name))
+    click.echo(f"deleted {kind} {name}")
 
 
 def pairs(items: tuple[str, ...]) -> dict[str, str]:

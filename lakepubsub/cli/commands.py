@@ -13,17 +13,21 @@ import click
 from botocore.exceptions import BotoCoreError, ClientError
 
 import lakepubsub
-from lakepubsub import constants
+from jobs.cli import jobs, sql
+from lakepubsub import Engine, Settings, constants, gc_tuning
+from lakepubsub.cli import intake, messages, snapshots
 from lakepubsub.cli.backend import (
     STORAGE_HINT,
     CliError,
     backend,
     check_lake,
+    delete,
     echo,
-    none_found,
+    echo_each,
     paged,
     pairs,
     project_id,
+    resource_path,
 )
 from lakepubsub.errors import LakePubSubError, one_line
 from lakepubsub.settings import DEFAULT_LAKE
@@ -172,10 +176,10 @@ def serve(
     """Serve Pub/Sub's REST and gRPC APIs on one port, on the lake (--lake,
     LAKEPUBSUB_LAKE): http://HOST:PORT for REST, PUBSUB_EMULATOR_HOST=HOST:PORT for
     Google's clients over gRPC. Logs one line per REST request and per gRPC call."""
-    import uvicorn
+    import uvicorn  # noqa: PLC0415 — only `serve` needs it: the other commands start quicker
 
-    from api.grpc import OnePortProtocol
-    from api.grpc.door import ACCESS_LOG
+    from api.grpc import OnePortProtocol  # noqa: PLC0415 — only `serve` loads the doors
+    from api.grpc.door import ACCESS_LOG  # noqa: PLC0415 — only `serve` loads the doors
 
     lake = check_lake(ctx.ensure_object(dict)["lake"])
     os.environ["LAKEPUBSUB_LAKE"] = lake
@@ -200,7 +204,7 @@ def serve(
 def _log_config(log_level: str, grpc_access: str) -> dict[str, Any]:
     """uvicorn's logging, plus the gRPC door's access log (``grpc_access``) beside
     uvicorn's REST access log, at the same level."""
-    from uvicorn.config import LOG_LEVELS, LOGGING_CONFIG
+    from uvicorn.config import LOG_LEVELS, LOGGING_CONFIG  # noqa: PLC0415 — only for `serve`
 
     config = copy.deepcopy(LOGGING_CONFIG)
     config["handlers"]["grpc_access"] = {**config["handlers"]["access"], "formatter": "default"}
@@ -217,8 +221,7 @@ def _log_config(log_level: str, grpc_access: str) -> dict[str, Any]:
 def push_command(ctx: click.Context) -> None:
     """Run push delivery only, on the lake (--lake): add processes to scale out."""
     # [push integration, issue 7] every setting is read from LAKEPUBSUB_PUSH_*.
-    from lakepubsub import Engine, Settings, gc_tuning
-    from lakepubsub.push import run_forever
+    from lakepubsub.push import run_forever  # noqa: PLC0415 — ~0.3 s of imports, only for `push`
 
     lake = check_lake(ctx.ensure_object(dict)["lake"])
     os.environ["LAKEPUBSUB_LAKE"] = lake
@@ -263,12 +266,8 @@ def topics_create(
 @click.pass_context
 def topics_list(ctx: click.Context) -> None:
     """Print the project's topics, one name a line."""
-    found = False
-    for doc in paged(ctx, f"/v1/projects/{project_id(ctx)}/topics", "topics"):
-        click.echo(doc["name"])
-        found = True
-    if not found:
-        none_found(f"no topics in project {project_id(ctx)}")
+    docs = paged(ctx, f"/v1/projects/{project_id(ctx)}/topics", "topics")
+    echo_each((doc["name"] for doc in docs), none=f"no topics in project {project_id(ctx)}")
 
 
 @topics.command("get")
@@ -276,7 +275,7 @@ def topics_list(ctx: click.Context) -> None:
 @click.pass_context
 def topics_get(ctx: click.Context, topic: str) -> None:
     """Print TOPIC as JSON."""
-    echo(backend(ctx).call("GET", f"/v1/projects/{project_id(ctx)}/topics/{topic}"))
+    echo(backend(ctx).call("GET", resource_path(ctx, "topics", topic)))
 
 
 @topics.command("retention")
@@ -286,7 +285,7 @@ def topics_get(ctx: click.Context, topic: str) -> None:
 def topics_retention(ctx: click.Context, topic: str, duration: str | None) -> None:
     """Show TOPIC's message retention, or set it to DURATION (7d, 12h, 600s; the
     default is 7 days, 3153600000s keeps messages forever)."""
-    path = f"/v1/projects/{project_id(ctx)}/topics/{topic}"
+    path = resource_path(ctx, "topics", topic)
     if duration is None:
         doc = backend(ctx).call("GET", path)
     else:
@@ -304,8 +303,7 @@ def topics_retention(ctx: click.Context, topic: str, duration: str | None) -> No
 @click.pass_context
 def topics_delete(ctx: click.Context, topic: str) -> None:
     """Delete TOPIC (its subscriptions are detached from it, as in Pub/Sub)."""
-    backend(ctx).call("DELETE", f"/v1/projects/{project_id(ctx)}/topics/{topic}")
-    click.echo(f"deleted topic {topic}")
+    delete(ctx, "topics", topic, kind="topic")
 
 
 # -- subscriptions -----------------------------------------------------------------------
@@ -361,20 +359,14 @@ def subscriptions_create(
 def subscriptions_list(ctx: click.Context, topic: str | None) -> None:
     """Print the project's subscriptions (or one topic's), one a line."""
     project = project_id(ctx)
-    found = False
     if topic:
-        for name in paged(
-            ctx, f"/v1/projects/{project}/topics/{topic}/subscriptions", "subscriptions"
-        ):
-            click.echo(name)
-            found = True
+        path = f"/v1/projects/{project}/topics/{topic}/subscriptions"
+        lines = paged(ctx, path, "subscriptions")
     else:
-        for doc in paged(ctx, f"/v1/projects/{project}/subscriptions", "subscriptions"):
-            click.echo(f"{doc['name']}  topic={doc['topic']}")
-            found = True
-    if not found:
-        where = f"topic {topic} of project {project}" if topic else f"project {project}"
-        none_found(f"no subscriptions in {where}")
+        docs = paged(ctx, f"/v1/projects/{project}/subscriptions", "subscriptions")
+        lines = (f"{doc['name']}  topic={doc['topic']}" for doc in docs)
+    where = f"topic {topic} of project {project}" if topic else f"project {project}"
+    echo_each(lines, none=f"no subscriptions in {where}")
 
 
 @subscriptions.command("get")
@@ -382,7 +374,7 @@ def subscriptions_list(ctx: click.Context, topic: str | None) -> None:
 @click.pass_context
 def subscriptions_get(ctx: click.Context, subscription: str) -> None:
     """Print SUBSCRIPTION as JSON (with its truncation policy, if it has one)."""
-    echo(backend(ctx).call("GET", f"/v1/projects/{project_id(ctx)}/subscriptions/{subscription}"))
+    echo(backend(ctx).call("GET", resource_path(ctx, "subscriptions", subscription)))
 
 
 @subscriptions.command("truncate")
@@ -391,7 +383,7 @@ def subscriptions_get(ctx: click.Context, subscription: str) -> None:
 def subscriptions_truncate(ctx: click.Context, subscription: str) -> None:
     """Drop every message SUBSCRIPTION has not acknowledged; its next pull then
     delivers a truncation event first."""
-    path = f"/v1/projects/{project_id(ctx)}/subscriptions/{subscription}"
+    path = resource_path(ctx, "subscriptions", subscription)
     event = backend(ctx).call("POST", f"{path}:truncate").get("event", {})
     first, end = event.get("firstOffset", 0), event.get("endOffset", 0)
     if not event.get("truncated", True) or end <= first:
@@ -408,13 +400,10 @@ def subscriptions_truncate(ctx: click.Context, subscription: str) -> None:
 @click.pass_context
 def subscriptions_delete(ctx: click.Context, subscription: str) -> None:
     """Delete SUBSCRIPTION and what it has not acknowledged."""
-    backend(ctx).call("DELETE", f"/v1/projects/{project_id(ctx)}/subscriptions/{subscription}")
-    click.echo(f"deleted subscription {subscription}")
+    delete(ctx, "subscriptions", subscription, kind="subscription")
 
 
 def _add_message_commands() -> None:
-    from lakepubsub.cli import intake, messages, snapshots
-
     for command in [*messages.COMMANDS, *snapshots.COMMANDS, *intake.COMMANDS]:
         main.add_command(command)
 
@@ -422,8 +411,6 @@ def _add_message_commands() -> None:
 def _add_spark_commands() -> None:
     """``lakepubsub jobs …`` and ``lakepubsub sql``: defined with the jobs, which
     import PySpark only when a command runs, so the CLI stays quick to start."""
-    from jobs.cli import jobs, sql
-
     main.add_command(jobs)
     main.add_command(sql)
 

@@ -11,7 +11,14 @@ from typing import Any
 import click
 
 from lakepubsub import constants
-from lakepubsub.cli.backend import CliError, backend, none_found, pairs, project_id
+from lakepubsub.cli.backend import (
+    CliError,
+    backend,
+    none_found,
+    pairs,
+    project_id,
+    resource_path,
+)
 
 # A publish request's JSON carries data in base64 (4/3) plus framing; keep each one
 # well under the server's body limit as well as Pub/Sub's 10 MB of message bytes.
@@ -122,7 +129,7 @@ def pull(
     """Pull messages and print them as JSON lines (data decoded as UTF-8 where possible)."""
     if ack and nack:
         raise click.UsageError("give at most one of --ack and --nack")
-    base = f"/v1/projects/{project_id(ctx)}/subscriptions/{subscription}"
+    base = resource_path(ctx, "subscriptions", subscription)
     doc = backend(ctx).call(
         "POST", f"{base}:pull", {"maxMessages": max_messages, "returnImmediately": not wait}
     )
@@ -153,7 +160,7 @@ def pull(
 
 
 def _settle(ctx: click.Context, subscription: str, ack_ids: list[str], *, nack: bool) -> None:
-    base = f"/v1/projects/{project_id(ctx)}/subscriptions/{subscription}"
+    base = resource_path(ctx, "subscriptions", subscription)
     verb = "nack" if nack else "acknowledge"
     backend(ctx).call("POST", f"{base}:{verb}", {"ackIds": ack_ids})
     click.echo(f"{'nacked' if nack else 'acknowledged'} {len(ack_ids)}", err=True)

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from lakepubsub.cli.backend import backend, echo, none_found, paged, project_id
+from lakepubsub.cli.backend import backend, delete, echo, echo_each, paged, project_id
 
 
 @click.group()
@@ -33,12 +33,11 @@ def snapshots_create(ctx: click.Context, snapshot: str, subscription: str) -> No
 @click.pass_context
 def snapshots_list(ctx: click.Context) -> None:
     """Print the project's snapshots, one a line."""
-    found = False
-    for doc in paged(ctx, f"/v1/projects/{project_id(ctx)}/snapshots", "snapshots"):
-        click.echo(f"{doc['name']}  topic={doc['topic']}  expires={doc.get('expireTime')}")
-        found = True
-    if not found:
-        none_found(f"no snapshots in project {project_id(ctx)}")
+    docs = paged(ctx, f"/v1/projects/{project_id(ctx)}/snapshots", "snapshots")
+    echo_each(
+        (f"{d['name']}  topic={d['topic']}  expires={d.get('expireTime')}" for d in docs),
+        none=f"no snapshots in project {project_id(ctx)}",
+    )
 
 
 @snapshots.command("delete")
@@ -46,8 +45,7 @@ def snapshots_list(ctx: click.Context) -> None:
 @click.pass_context
 def snapshots_delete(ctx: click.Context, snapshot: str) -> None:
     """Delete SNAPSHOT."""
-    backend(ctx).call("DELETE", f"/v1/projects/{project_id(ctx)}/snapshots/{snapshot}")
-    click.echo(f"deleted snapshot {snapshot}")
+    delete(ctx, "snapshots", snapshot, kind="snapshot")
 
 
 @click.command()

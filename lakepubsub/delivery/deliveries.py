@@ -7,23 +7,20 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
 from lakepubsub import constants, errors
-from lakepubsub._lake import Lake
 from lakepubsub.delivery import leases, requests
 from lakepubsub.delivery.ackids import AckId, parse_all
+from lakepubsub.delivery.context import DeliveryContext
 from lakepubsub.delivery.dispatcher import Dispatcher
-from lakepubsub.delivery.planning import DeadLetterSink
-from lakepubsub.messages import ReceivedMessage, TruncationEvent
+from lakepubsub.messages import Pull, ReceivedMessage, TruncationEvent
 from lakepubsub.peering.routing import Route, via_owner
 from lakepubsub.resources.directory import Directory
 from lakepubsub.resources.names import SubscriptionName
 from lakepubsub.resources.subscriptions import Subscription
-from lakepubsub.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -33,20 +30,13 @@ class Deliveries:
 
     def __init__(
         self,
-        lake: Lake,
-        settings: Settings,
+        context: DeliveryContext,
         directory: Directory,
-        *,
-        dead_letter: DeadLetterSink,
         owner: Callable[[str], Route | None],
-        peered: Callable[[], bool],
     ) -> None:
-        self._lake = lake
-        self._settings = settings
+        self._context = context
         self._directory = directory
-        self._dead_letter = dead_letter
         self._owner = owner
-        self._peered = peered
         self._lock = threading.Lock()
         self._dispatchers: dict[str, Dispatcher] = {}
         self._closed = False
@@ -61,13 +51,10 @@ class Deliveries:
             dispatcher = self._dispatchers.get(sub.uid)
             if dispatcher is None or not dispatcher.alive:
                 dispatcher = Dispatcher(
-                    self._lake,
-                    self._settings,
+                    self._context,
                     sub,
                     lookup=lambda: self._directory.lookup_uid(sub.name, sub.uid),
                     on_exit=self._exited,
-                    dead_letter=self._dead_letter,
-                    peered=self._peered,
                 )
                 self._dispatchers[sub.uid] = dispatcher
             return dispatcher
@@ -152,29 +139,20 @@ class Deliveries:
                 f"the ack deadline must be between {constants.MIN_ACK_DEADLINE_S} and "
                 f"{constants.MAX_ACK_DEADLINE_S} seconds"
             )
-        wait = 0.0 if return_immediately else self._settings.pull_wait_s
-        count = min(max_messages, constants.MAX_PULL_MESSAGES)
+        pull = Pull(
+            min(max_messages, constants.MAX_PULL_MESSAGES),
+            0.0 if return_immediately else self._context.settings.pull_wait_s,
+            ack_deadline_s,
+        )
         return via_owner(
             self._owner(sub.topic_uid),
-            lambda peering, member: peering.pull(member, name.path, count, wait, ack_deadline_s),
-            lambda: self.pull_here(
-                name, max_messages=count, wait_s=wait, ack_deadline_s=ack_deadline_s
-            ),
+            lambda peering, member: peering.pull(member, name.path, pull),
+            lambda: self.pull_here(name, pull),
             withdraw=lambda source: self.withdraw(name, source),
         )
 
-    def pull_here(
-        self,
-        name: SubscriptionName,
-        *,
-        max_messages: int,
-        wait_s: float,
-        ack_deadline_s: int | None,
-    ) -> Future[list[ReceivedMessage]]:
-        return self.submit(
-            name,
-            lambda: requests.PullRequest(max_messages, time.monotonic() + wait_s, ack_deadline_s),
-        )
+    def pull_here(self, name: SubscriptionName, pull: Pull) -> Future[list[ReceivedMessage]]:
+        return self.submit(name, lambda: requests.PullRequest.of(pull))
 
     def withdraw(self, name: SubscriptionName, pull: Future[list[ReceivedMessage]]) -> None:
         if pull.cancel():
@@ -242,11 +220,16 @@ class Deliveries:
             with contextlib.suppress(errors.Unavailable):  # stopping: it commits anyway
                 dispatcher.submit(flush)
                 flush.future.result()
-        return self.read_state(self._lake.leases_uri(sub.uid))
+        return self.read_state(self._context.lake.leases_uri(sub.uid))
+
+    def restore(self, name: SubscriptionName, snapshot_uid: str) -> None:
+        """Restart the subscription from the lease state a snapshot saved; waits."""
+        saved = self.read_state(self._context.lake.snapshot_uri(snapshot_uid))
+        self.seek(name, saved.cursor.frontier, list(saved.rows.values()))
 
     def read_state(self, uri: str) -> leases.LeaseState:
         """A stored lease state (a subscription's, or a snapshot's)."""
-        table = self._lake.open(uri)
+        table = self._context.lake.open(uri)
         return leases.LeaseState.from_arrow(table.to_pyarrow_table(), table.version())
 
 

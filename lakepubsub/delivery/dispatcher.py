@@ -4,44 +4,28 @@ Pulls, acks, deadline changes and truncations queue here as small requests;
 each cycle the dispatcher takes everything queued, applies it to the lease
 state with a ``Planner`` and commits the result as ONE MERGE on the
 subscription's lease table, with a strict compare-and-swap on the table
-version. A lost race (another process, a job) rereads the state and replans.
-Nothing is answered before its commit has landed.
+version (one attempt: ``lakepubsub/delivery/cycle.py``). A lost race
+(another process, a job) rereads the state and replans. Nothing is answered
+before its commit has landed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
-from dataclasses import replace
 from typing import Any, TypeVar, cast
 
 from lakepubsub import errors, metrics
-from lakepubsub._lake import Lake
-from lakepubsub.constants import (
-    CONTENTION_MEMORY_S,
-    MAX_DEFERRED_LEASE_CHANGES,
-    PACE_FACTOR,
-    PACE_MAX_S,
-    US_PER_S,
-)
+from lakepubsub.constants import CONTENTION_MEMORY_S, PACE_FACTOR, PACE_MAX_S
 from lakepubsub.delivery.ackids import AckId
+from lakepubsub.delivery.context import DeliveryContext
+from lakepubsub.delivery.cycle import CycleTables
 from lakepubsub.delivery.lease_slots import PROCESS_LEASE_SLOTS, LeaseSlots
-from lakepubsub.delivery.lease_table import LeaseTable
-from lakepubsub.delivery.leases import LEASE_SLACK_US, RELEASE, LeaseState, Planner
-from lakepubsub.delivery.planning import (
-    Claimer,
-    DeadLetterSink,
-    apply,
-    apply_pull_deadlines,
-    policy_of,
-    received,
-    truncate,
-)
+from lakepubsub.delivery.leases import RELEASE
 from lakepubsub.delivery.requests import (
     AckRequest,
     FlushRequest,
@@ -50,16 +34,12 @@ from lakepubsub.delivery.requests import (
     SeekRequest,
     TruncateRequest,
 )
-from lakepubsub.messages import ReceivedMessage, TruncationEvent
-from lakepubsub.publish.messages_table import MessagesTable
+from lakepubsub.messages import ReceivedMessage
 from lakepubsub.resources.subscriptions import Subscription
 from lakepubsub.retry import optimistic
-from lakepubsub.settings import Settings
 
 log = logging.getLogger(__name__)
 SubscriptionLookup = Callable[[], Subscription | None]
-# The backlog gauge (metrics.BACKLOG) is computed at most this often per subscription.
-BACKLOG_EVERY_S = 1.0
 
 
 class Dispatcher:
@@ -67,31 +47,25 @@ class Dispatcher:
 
     def __init__(
         self,
-        lake: Lake,
-        settings: Settings,
+        context: DeliveryContext,
         subscription: Subscription,
         lookup: SubscriptionLookup,
         on_exit: Callable[[Dispatcher], None],
-        dead_letter: DeadLetterSink,
-        peered: Callable[[], bool] = lambda: False,
         lease_slots: LeaseSlots = PROCESS_LEASE_SLOTS,
     ) -> None:
         self.subscription = subscription
-        self._peered = peered
-        self._lake = lake
-        self._settings = settings
+        self._context = context
+        self._settings = context.settings
         self._lookup = lookup
         self._on_exit = on_exit
-        self._claimer = Claimer(dead_letter)
-        self._slots = lease_slots
-        # The slot taken for the deferred changes pending since the first time.
-        self._lease_slot: tuple[float, float] | None = None
+        self._tables = CycleTables(context, lambda: self._stopped, lease_slots)
         self._contended_until = 0.0
-        self._backlog_due = 0.0
         self._cond = threading.Condition()
         self._pulls: list[PullRequest] = []
         self._acks: list[AckRequest] = []
         self._truncates: list[TruncateRequest | SeekRequest | FlushRequest] = []
+        # The cycle under way applies deadline changes (``_answered``).
+        self._changing = False
         self._nudged = True
         # The last cycle found less than its pulls asked for, and nothing was said
         # to have changed since: a new pull waits for a nudge, the next check
@@ -99,16 +73,7 @@ class Dispatcher:
         # that would read both tables for nothing (two GETs on S3).
         self._dry = False
         self._poll_at = 0.0  # time.monotonic() of the next unprompted cycle for waiting pulls
-        # Whether the next cycle asks storage for commits nobody told of (the next
-        # commit file of both tables: a GET each on S3), and when it next must;
-        # between looks it reads only what it was told of (``nudge``).
-        self._look = True
-        self._next_look = 0.0
-        self._committed = False  # the last cycle committed (the flush window applies)
-        self._told_version = -1  # the messages table's newest version committed here
         self._stopped = False
-        self._leases: LeaseTable | None = None
-        self._messages: MessagesTable | None = None
         self._thread = threading.Thread(
             target=self._run, name=f"deliver-{subscription.uid[:8]}", daemon=True
         )
@@ -117,6 +82,8 @@ class Dispatcher:
     # -- entry points --------------------------------------------------------------------
 
     def submit(self, request: Request) -> None:
+        if isinstance(request, AckRequest) and self._answered(request):
+            return
         with self._cond:
             if self._stopped:
                 raise errors.Unavailable("subscription dispatcher stopped; retry")
@@ -138,15 +105,35 @@ class Dispatcher:
             self._nudged = True
             self._cond.notify()
 
+    def _answered(self, request: AckRequest) -> bool:
+        """Answer a deadline change at once, without a cycle, if it would leave every
+        lease it names as it is (``CycleTables.leaves_leases``) and no deadline
+        change is queued or being applied before it, nor did another writer win a
+        race lately. Whether it was answered."""
+        if request.deadline_s is None:
+            return False
+        with self._cond:
+            if (
+                self._stopped
+                or self._changing
+                or time.monotonic() < self._contended_until
+                or any(r.deadline_s is not None for r in self._acks)
+                or not self._tables.leaves_leases(
+                    self.subscription, request.ack_ids, request.deadline_s
+                )
+            ):
+                return False
+        metrics.DEADLINE_CHANGES_UNCHANGED.inc(len(request.ack_ids))
+        request.future.set_result({})
+        return True
+
     def nudge(self, version: int = -1) -> None:
         """A local publish committed the messages table's ``version`` (-1: some version
         not known, so the next cycle looks)."""
         with self._cond:
             self._nudged = True
             self._dry = False
-            if version < 0:
-                self._look = True
-            self._told_version = max(self._told_version, version)
+            self._tables.told(version)
             self._cond.notify()
 
     def stop(self, reason: errors.LakePubSubError | None = None) -> None:
@@ -189,7 +176,7 @@ class Dispatcher:
                             break
                         if self._pulls and (self._nudged or now >= self._poll_at):
                             break
-                        flush_at = self._flush_at()
+                        flush_at = self._tables.flush_at()
                         if now >= flush_at:  # deferred lease changes are due
                             break
                         if not self._pulls and now - last_work > self._settings.worker_idle_exit_s:
@@ -208,6 +195,7 @@ class Dispatcher:
                     if self._stopped:
                         return
                     acks, self._acks = self._acks, []
+                    self._changing = any(a.deadline_s is not None for a in acks)
                     truncates, self._truncates = self._truncates, []
                     # A pull its caller withdrew (future cancelled) leases nothing.
                     self._pulls = [p for p in self._pulls if not p.future.cancelled()]
@@ -221,21 +209,23 @@ class Dispatcher:
                         pull.planned = True
                     self._nudged = len(pulls) < len(self._pulls)
                 started = time.monotonic()
-                self._committed = False
+                self._tables.committed = False
                 self._cycle(acks, truncates, pulls)
+                with self._cond:
+                    self._changing = False
                 if len(pulls) == 1:
                     self._rotate(pulls[0])
                 last_work = time.monotonic()
                 self._schedule_poll(last_work)
                 if last_work < self._contended_until:
                     self._pace(min(PACE_MAX_S, PACE_FACTOR * (last_work - started)))
-                if self._committed:  # the flush window: what queues meanwhile joins the next
+                if self._tables.committed:  # the flush window: what queues meanwhile joins the next
                     self._pace(started + self._settings.flush_s() - time.monotonic())
         except Exception:  # a bug: fail what is queued rather than hang it
             log.exception("dispatcher for %s crashed", self.subscription.name)
             self.stop(errors.Internal("delivery dispatcher failed"))
         finally:
-            self._flush_deferred()
+            self._tables.flush(self.subscription)
             self._on_exit(self)
 
     def _schedule_poll(self, now: float) -> None:
@@ -247,13 +237,11 @@ class Dispatcher:
             if not self._dry:
                 self._poll_at = soon
                 return
-        state = self._leases.cached if self._leases is not None else None
-        due = math.inf
-        if state is not None:
-            wait_us = state.earliest_due_us() - self._settings.clock_us()
-            due = now + max(0, wait_us) / US_PER_S
+        due = self._tables.earliest_due(now)
         with self._cond:
-            self._poll_at = max(soon, min(now + self._settings.change_check(self._peered()), due))
+            self._poll_at = max(
+                soon, min(now + self._settings.change_check(self._context.peered()), due)
+            )
 
     def _rotate(self, pull: PullRequest) -> None:
         """A pull planned alone and still waiting goes behind the others."""
@@ -264,7 +252,7 @@ class Dispatcher:
 
     def _contended(self) -> None:
         self._contended_until = time.monotonic() + CONTENTION_MEMORY_S
-        self._look = True  # another writer committed: the retry reads what it did
+        self._tables.look_again()  # another writer committed: the retry reads what it did
 
     def _pace(self, seconds: float) -> None:
         """Let other processes' dispatchers commit; requests queue and batch meanwhile."""
@@ -293,7 +281,7 @@ class Dispatcher:
         self.subscription = current
         try:
             outcome = optimistic(
-                lambda: self._attempt(acks, truncates, pulls),
+                lambda: self._tables.attempt(self.subscription, acks, truncates, pulls),
                 table="leases",
                 attempts=self._settings.commit_attempts,
                 on_conflict=self._contended,
@@ -314,7 +302,7 @@ class Dispatcher:
             _settle(request.future, failures)
         for truncate, event in zip(truncates, events, strict=True):
             _settle(cast("Future[Any]", truncate.future), event)
-        self._claimer.committed()
+        self._tables.claimer.committed()
         self._hand_out(deliveries, sum(p.max_messages for p in pulls))
 
     def _hand_out(self, deliveries: list[ReceivedMessage], demand: int) -> None:
@@ -349,136 +337,6 @@ class Dispatcher:
             pull.future.set_result(take)
         metrics.DELIVERED.inc(sum(len(take) for _, take in answers))
         metrics.RELEASED.inc(len(unseen))
-
-    # -- one optimistic attempt ------------------------------------------------------------
-
-    def _load(self) -> tuple[LeaseTable, MessagesTable, LeaseState]:
-        if self._leases is None:
-            self._leases = LeaseTable(self._lake, self.subscription.uid)
-        if self._messages is None:
-            self._messages = MessagesTable(self._lake, self.subscription.topic_uid)
-        now = time.monotonic()
-        with self._cond:
-            look = self._look or now >= self._next_look
-            self._look = False
-            told = self._told_version
-        state = self._leases.state(look=look)
-        if look:
-            self._messages.refresh()
-            self._next_look = now + self._settings.change_check(self._peered())
-        elif told > self._messages.version:  # its commit file is in memory: no request
-            self._messages.refresh(until=told)
-        return self._leases, self._messages, state
-
-    def _attempt(
-        self,
-        acks: list[AckRequest],
-        truncates: list[TruncateRequest | SeekRequest | FlushRequest],
-        pulls: list[PullRequest],
-    ) -> tuple[list[dict[str, str]], list[TruncationEvent | None], list[ReceivedMessage]]:
-        demand = sum(p.max_messages for p in pulls)
-        table, messages, state = self._load()
-        sub = self.subscription
-        policy = policy_of(sub)
-        deadlines = {p.ack_deadline_s for p in pulls}
-        uniform = len(deadlines) == 1
-        if uniform and (deadline := deadlines.pop()) is not None:
-            # every pull's own lease (a stream's), with the slack for receipt modacks
-            policy = replace(policy, ack_deadline_s=deadline, lease_slack_us=LEASE_SLACK_US)
-        planner = Planner(state, policy, self._settings.clock_us())
-        self._claimer.moved = False
-        ack_results = [apply(planner, r) for r in acks]
-        events: list[TruncationEvent | None] = []
-        for request in truncates:
-            if isinstance(request, FlushRequest):
-                events.append(None)
-            elif isinstance(request, SeekRequest):
-                planner.reset(request.frontier, request.rows)
-                events.append(None)
-            else:
-                events.append(truncate(planner, messages, request))
-        claims = self._claimer.claim(sub, planner, messages, demand) if demand else []
-        if not uniform:
-            apply_pull_deadlines(planner, [c for c, _ in claims], pulls)
-        if planner.dirty or table.pending:
-            if self._must_commit(table, truncates):
-                table.commit(planner)
-                self._committed = True
-            elif planner.dirty:
-                table.defer(planner)
-        self._observe(planner, messages, ack_results, acks)
-        deliveries = [received(claim, message) for claim, message in claims]
-        return ack_results, events, deliveries
-
-    def _must_commit(
-        self, table: LeaseTable, truncates: list[TruncateRequest | SeekRequest | FlushRequest]
-    ) -> bool:
-        """Whether this cycle commits, or leaves its changes in memory for a later one:
-        an exactly-once subscription confirms nothing before it is stored, nor do
-        truncations, seeks and dead-lettering wait; the others wait up to the lease
-        flush window."""
-        flush_s = self._settings.lease_flush_s(self._peered())
-        if (
-            flush_s <= 0
-            or self._stopped
-            or truncates
-            or self._claimer.moved
-            or self.subscription.enable_exactly_once_delivery
-            or table.pending >= MAX_DEFERRED_LEASE_CHANGES
-        ):
-            return True
-        return time.monotonic() >= self._flush_at()
-
-    def _flush_at(self) -> float:
-        """When deferred lease changes are committed (time.monotonic()): once they
-        are a lease flush window old, at the process's next free slot (LeaseSlots)."""
-        since = self._leases.pending_since if self._leases is not None else None
-        if since is None:
-            self._lease_slot = None
-            return math.inf
-        if self._lease_slot is not None and self._lease_slot[0] == since:
-            return self._lease_slot[1]
-        due = since + self._settings.lease_flush_s(self._peered())
-        spacing_s = self._settings.lease_commit_spacing_s(self._peered())
-        if spacing_s <= 0 or time.monotonic() < due:
-            return due
-        self._lease_slot = (since, self._slots.reserve(spacing_s))
-        return self._lease_slot[1]
-
-    def _flush_deferred(self) -> None:
-        """Commit what waits in memory before the dispatcher goes (a clean stop)."""
-        if self._leases is None or not self._leases.pending:
-            return
-        try:
-            optimistic(
-                lambda: self._attempt([], [], []),
-                table="leases",
-                attempts=self._settings.commit_attempts,
-            )
-        except Exception:  # a crash would lose them too: they are redelivered
-            log.warning("deferred lease changes of %s not written", self.subscription.name)
-
-    def _observe(
-        self,
-        planner: Planner,
-        messages: MessagesTable,
-        ack_results: list[dict[str, str]],
-        acks: list[AckRequest],
-    ) -> None:
-        """Metrics of a committed cycle: acks applied, and (at most every
-        BACKLOG_EVERY_S) the subscription's backlog."""
-        metrics.ACKED.inc(
-            sum(
-                len(r.ack_ids) - len(f)
-                for r, f in zip(acks, ack_results, strict=True)
-                if r.deadline_s is None
-            )
-        )
-        now = time.monotonic()
-        if now >= self._backlog_due:
-            self._backlog_due = now + BACKLOG_EVERY_S
-            backlog = messages.head() - planner.cursor.frontier + planner.outstanding()
-            metrics.BACKLOG.labels(self.subscription.name.path).set(backlog)
 
 
 T = TypeVar("T")

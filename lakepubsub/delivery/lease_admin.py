@@ -95,11 +95,7 @@ def create_snapshot(
 
 
 def seek_to_snapshot(
-    lake: Lake,
-    directory: Directory,
-    deliveries: Deliveries,
-    name: SubscriptionName,
-    snapshot: SnapshotName,
+    directory: Directory, deliveries: Deliveries, name: SubscriptionName, snapshot: SnapshotName
 ) -> None:
     """Restore the acknowledgment state a snapshot captured."""
     sub = directory.subscription(name)
@@ -108,5 +104,4 @@ def seek_to_snapshot(
         raise errors.FailedPrecondition(
             f"Snapshot {snapshot} is of another topic than subscription {name}"
         )
-    saved = deliveries.read_state(lake.snapshot_uri(entry.uid))
-    deliveries.seek(name, saved.cursor.frontier, list(saved.rows.values()))
+    deliveries.restore(name, entry.uid)

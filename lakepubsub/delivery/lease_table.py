@@ -26,7 +26,8 @@ import pyarrow.parquet as pq
 
 from lakepubsub import metrics
 from lakepubsub._lake import Lake, TableLog, storage_errors, table_schemas
-from lakepubsub.delivery.leases import CURSOR_KEY, Cursor, Key, LeaseState, Planner, Row, to_arrow
+from lakepubsub.delivery.leases import CURSOR_KEY, Cursor, Key, LeaseState, Row, to_arrow
+from lakepubsub.delivery.planner import Planner
 
 # Files a lease table may hold before a commit folds its smallest files into the
 # new one, leaving half as many: reading the state after another writer's commit

@@ -1,10 +1,9 @@
-"""A subscription's delivery state and the pure logic that changes it.
+"""A subscription's delivery state.
 
 The lease table of a subscription holds one cursor row and one row per
 outstanding message or event. ``LeaseState`` is that table in memory at one
-version; a ``Planner`` applies acks, deadline changes, truncations and claims
-to it and yields the rows to write. The delivery dispatcher commits them as one
-MERGE (docs/architecture.md, "pull/ack commit protocol").
+version; a ``Planner`` (``lakepubsub/delivery/planner.py``) applies acks,
+deadline changes, truncations and claims to it and yields the rows to write.
 
 Invariants:
 - every offset below ``cursor.frontier`` without a message row is acknowledged
@@ -16,14 +15,13 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import pyarrow as pa
 
 from lakepubsub import constants
 from lakepubsub._lake import table_schemas
-from lakepubsub.delivery.ackids import INVALID_ACK_ID, AckId
 
 Key = tuple[int, int]  # kind, offset
 
@@ -38,12 +36,14 @@ RELEASE = -1
 
 CURSOR_KEY: Key = (table_schemas.KIND_CURSOR, 0)
 # StreamingPull leases run this much past the deadline the stream asked for
-# (``Policy.lease_slack_us``). Google's clients send a deadline change for every
+# (``planner.Policy.lease_slack_us``). Google's clients send a deadline change for every
 # message they receive (the "receipt modack"), asking for the same deadline a
 # moment later; a lease that already lasts that long, and at most this much
 # longer, is left as it is, so those changes cost no lease-table write. A
 # client that dies is redelivered to this much later.
 LEASE_SLACK_US = 2 * constants.US_PER_S
+
+
 # The cursor row's own columns, after the row columns (table_schemas.LEASES).
 _CURSOR_FIELDS = ("frontier", "next_delivery", "next_event", "active_us")
 # Builds a named tuple from a tuple of its fields, without argument handling.
@@ -145,338 +145,3 @@ def to_arrow(rows: Iterable[Row], cursor: Cursor | None, ops: list[str] | None =
     if ops is not None:
         table = table.append_column("op", pa.array(ops, pa.string()))
     return table
-
-
-class Claim(NamedTuple):
-    """One delivery decided by a plan: a row now leased, and its ack id."""
-
-    row: Row
-    ack_id: AckId
-
-
-@dataclass(frozen=True)
-class Policy:
-    """The subscription settings the planner needs."""
-
-    tag: str
-    ack_deadline_s: int
-    exactly_once: bool = False
-    min_backoff_s: float | None = None
-    max_backoff_s: float | None = None
-    ordering: bool = False
-    max_delivery_attempts: int | None = None  # dead-letter after this many
-    lease_slack_us: int = 0  # added to every lease's deadline (streams: LEASE_SLACK_US)
-
-    def backoff_us(self, attempt: int) -> int:
-        if self.min_backoff_s is None or self.max_backoff_s is None:
-            return 0
-        delay = self.min_backoff_s * 2 ** max(0, attempt - 1)
-        return int(min(self.max_backoff_s, max(self.min_backoff_s, delay)) * constants.US_PER_S)
-
-
-class Planner:
-    """Applies requests to a ``LeaseState`` without touching it; yields the changes."""
-
-    def __init__(self, state: LeaseState, policy: Policy, now_us: int) -> None:
-        self.state = state
-        self.policy = policy
-        self.now_us = now_us
-        self.cursor = replace(state.cursor, active_us=now_us)  # a copy: the planner's own
-        # Delivery ids from here on are this plan's leases.
-        self._first_delivery = self.cursor.next_delivery
-        self.changed: dict[Key, Row | None] = {}  # None: delete
-
-    # -- reading through pending changes ---------------------------------------------
-
-    def row(self, key: Key) -> Row | None:
-        if key in self.changed:
-            return self.changed[key]
-        return self.state.rows.get(key)
-
-    def _live(self, row: Row | None, ack: AckId) -> bool:
-        return (
-            row is not None
-            and row.delivery_id == ack.delivery_id
-            and row.state == LEASED
-            and row.deadline_us > self.now_us
-        )
-
-    # -- acks and deadlines -------------------------------------------------------------
-
-    def acknowledge(self, ack_ids: list[AckId]) -> dict[str, str]:
-        """Delete the rows the ids name. Returns failures (exactly-once only)."""
-        failures: dict[str, str] = {}
-        for ack in ack_ids:
-            row = self.row(ack.key) if ack.tag == self.policy.tag else None
-            if self.policy.exactly_once and not self._live(row, ack):
-                failures[str(ack)] = INVALID_ACK_ID
-                continue
-            if row is not None:
-                self.changed[ack.key] = None
-        return failures
-
-    def modify_deadline(self, ack_ids: list[AckId], deadline_s: int) -> dict[str, str]:
-        """Extend (or with 0, end: a nack) the leases the ids name."""
-        failures: dict[str, str] = {}
-        for ack in ack_ids:
-            row = self.row(ack.key) if ack.tag == self.policy.tag else None
-            usable = (
-                self._live(row, ack)
-                if self.policy.exactly_once
-                else row is not None and row.delivery_id == ack.delivery_id and row.state == LEASED
-            )
-            if not usable or row is None:
-                if self.policy.exactly_once:
-                    failures[str(ack)] = INVALID_ACK_ID
-                continue
-            if deadline_s == 0:
-                new = row._replace(
-                    state=WAITING,
-                    deadline_us=self.now_us + self.policy.backoff_us(row.attempt),
-                )
-            else:
-                deadline_us = self.now_us + deadline_s * constants.US_PER_S
-                if 0 <= row.deadline_us - deadline_us <= LEASE_SLACK_US:
-                    continue  # the lease already lasts that long, and not much longer
-                new = row._replace(deadline_us=deadline_us)
-            self.changed[ack.key] = new
-        return failures
-
-    def release(self, ack_ids: list[AckId]) -> dict[str, str]:
-        """Give back deliveries that never reached a client: deliverable again now,
-        without back-off, and the attempt they used does not count."""
-        for ack in ack_ids:
-            row = self.row(ack.key) if ack.tag == self.policy.tag else None
-            if row is None or row.delivery_id != ack.delivery_id or row.state != LEASED:
-                continue
-            self.changed[ack.key] = row._replace(
-                state=WAITING, deadline_us=self.now_us, attempt=max(0, row.attempt - 1)
-            )
-        return {}
-
-    # -- truncation ------------------------------------------------------------------------
-
-    def truncate(self, end_offset: int, event: str) -> tuple[list[int], int]:
-        """Drop everything unacknowledged below ``end_offset`` and queue an event.
-
-        Returns the outstanding offsets dropped and the old frontier (offsets from
-        there to ``end_offset`` were never delivered and are dropped too).
-        """
-        dropped = []
-        for key in list(self.state.rows) + list(self.changed):
-            row = self.row(key)
-            if (
-                row is not None
-                and row.kind == table_schemas.KIND_MESSAGE
-                and row.offset < end_offset
-            ):
-                self.changed[key] = None
-                dropped.append(row.offset)
-        old_frontier = self.cursor.frontier
-        seq = self.cursor.next_event
-        self.changed[(table_schemas.KIND_EVENT, seq)] = Row(
-            table_schemas.KIND_EVENT, seq, state=WAITING, deadline_us=0, event=event
-        )
-        self.cursor = replace(
-            self.cursor, frontier=max(old_frontier, end_offset), next_event=seq + 1
-        )
-        return sorted(set(dropped)), old_frontier
-
-    def consume_to(self, end_offset: int) -> int:
-        """Acknowledge every message below ``end_offset`` (a batch consumer's commit).
-
-        Returns how many outstanding rows were acknowledged.
-        """
-        done = 0
-        for key in list(self.state.rows) + list(self.changed):
-            row = self.row(key)
-            if (
-                row is not None
-                and row.kind == table_schemas.KIND_MESSAGE
-                and row.offset < end_offset
-            ):
-                self.changed[key] = None
-                done += 1
-        self.advance(end_offset)
-        return done
-
-    # -- claims ----------------------------------------------------------------------------
-
-    def _rows(self) -> dict[Key, Row]:
-        """The rows as they stand with this plan's changes applied."""
-        rows = dict(self.state.rows)
-        for key, new in self.changed.items():
-            if new is None:
-                rows.pop(key, None)
-            else:
-                rows[key] = new
-        return rows
-
-    def available(self) -> list[Row]:
-        """Rows that may be delivered now: events first, then messages by offset.
-
-        With ordering, the messages of an ordering key go out in offset order, as
-        many at a time as are deliverable, and none while an earlier one of the
-        key is out (a live lease) or backing off. A message that goes again (nacked,
-        expired) takes the key's later messages that are out with it.
-        """
-        if not self.policy.ordering and self.state.earliest_due_us() > self.now_us:
-            # No stored row is due: only rows this plan changed can be (a nack, an
-            # event). With a large window this skips a pass over every lease.
-            due = [
-                r
-                for r in self.changed.values()
-                if r is not None
-                and r.state in (LEASED, WAITING)
-                and self._available_at(r) <= self.now_us
-            ]
-            due.sort(key=lambda r: (r.kind != table_schemas.KIND_EVENT, r.offset))
-            return due
-        ready = []
-        keyed: dict[str, list[Row]] = {}
-        for r in self._rows().values():
-            if self.policy.ordering and r.ordering_key and r.kind == table_schemas.KIND_MESSAGE:
-                keyed.setdefault(r.ordering_key, []).append(r)
-            elif r.state in (LEASED, WAITING) and self._available_at(r) <= self.now_us:
-                ready.append(r)
-        for group in keyed.values():
-            group.sort(key=lambda r: r.offset)
-            redelivering = False
-            for r in group:
-                if r.state == HELD or self._available_at(r) <= self.now_us:
-                    redelivering = redelivering or r.state != HELD
-                elif not (redelivering and r.state == LEASED):
-                    break  # out, or backing off: the key's later messages wait behind it
-                # else: out, behind one that goes again; as Pub/Sub does, it goes
-                # again too, so the receiver sees the key in order.
-                ready.append(r)
-        ready.sort(key=lambda r: (r.kind != table_schemas.KIND_EVENT, r.offset))
-        return ready
-
-    def busy_keys(self) -> set[str]:
-        """Ordering keys with a message outstanding that this plan has not just leased:
-        their new messages must wait. (A key whose every outstanding message this
-        plan leases may go on in the same delivery, in order.)"""
-        return {
-            r.ordering_key
-            for r in self._rows().values()
-            if r.kind == table_schemas.KIND_MESSAGE
-            and r.ordering_key
-            and not (r.state == LEASED and r.delivery_id >= self._first_delivery)
-        }
-
-    def hold(self, offset: int, ordering_key: str) -> None:
-        """Record a new message that waits behind an earlier one of its ordering key."""
-        key = (table_schemas.KIND_MESSAGE, offset)
-        self.changed[key] = Row(
-            table_schemas.KIND_MESSAGE, offset, state=HELD, ordering_key=ordering_key
-        )
-
-    def exhausted(self, row: Row) -> bool:
-        """Whether ``row`` used up its delivery attempts (dead-letter policy)."""
-        limit = self.policy.max_delivery_attempts
-        return limit is not None and row.kind == table_schemas.KIND_MESSAGE and row.attempt >= limit
-
-    def reset(self, frontier: int, rows: list[Row]) -> None:
-        """Seek: forget every outstanding message, restart at ``frontier`` with ``rows``."""
-        for key in list(self.state.rows) + list(self.changed):
-            if key[0] == table_schemas.KIND_MESSAGE:
-                self.drop(key)
-        for row in rows:
-            self.changed[row.key] = row._replace(delivery_id=0, state=WAITING, deadline_us=0)
-        self.cursor.frontier = frontier
-
-    def _available_at(self, row: Row) -> int:
-        if row.state == LEASED:  # an expired lease counts as a failed attempt
-            return row.deadline_us + self.policy.backoff_us(row.attempt)
-        return row.deadline_us
-
-    def outstanding(self) -> int:
-        """Messages outstanding (not acknowledged, below the frontier) with this plan's
-        changes applied."""
-        count = self.state.outstanding()
-        rows = self.state.rows
-        for key, new in self.changed.items():
-            if key[0] == table_schemas.KIND_MESSAGE and (new is None) == (key in rows):
-                count += -1 if new is None else 1
-        return count
-
-    def lease(self, row: Row) -> Claim:
-        """Hand ``row`` out now: a new delivery id, one more attempt, a fresh deadline."""
-        delivery = self.cursor.next_delivery
-        self.cursor.next_delivery += 1
-        kind, offset = row.kind, row.offset
-        leased = _new(
-            Row,
-            (
-                kind,
-                offset,
-                delivery,
-                row.attempt + 1,
-                LEASED,
-                self.now_us
-                + self.policy.ack_deadline_s * constants.US_PER_S
-                + self.policy.lease_slack_us,
-                row.ordering_key,
-                row.event,
-            ),
-        )
-        self.changed[(kind, offset)] = leased
-        return _new(Claim, (leased, _new(AckId, (self.policy.tag, kind, offset, delivery))))
-
-    def lease_new(self, offsets: list[int], ordering_keys: list[str | None]) -> list[Claim]:
-        """``lease`` for messages past the frontier (no row yet), in bulk: the rows
-        ``lease`` would make of new rows, without building those rows first."""
-        first = self.cursor.next_delivery
-        self.cursor.next_delivery = first + len(offsets)
-        deadline_us = (
-            self.now_us
-            + self.policy.ack_deadline_s * constants.US_PER_S
-            + self.policy.lease_slack_us
-        )
-        tag, kind, changed = self.policy.tag, table_schemas.KIND_MESSAGE, self.changed
-        claims = []
-        for delivery, offset, key in zip(
-            range(first, first + len(offsets)), offsets, ordering_keys, strict=True
-        ):
-            leased = _new(Row, (kind, offset, delivery, 1, LEASED, deadline_us, key, None))
-            changed[(kind, offset)] = leased
-            claims.append(_new(Claim, (leased, _new(AckId, (tag, kind, offset, delivery)))))
-        return claims
-
-    def set_lease_deadline(self, key: Key, deadline_s: int, slack_us: int = 0) -> None:
-        """Give a row leased by this plan a deadline of its own (``deadline_s`` from now,
-        plus ``slack_us``)."""
-        row = self.changed.get(key)
-        if row is not None and row.state == LEASED:
-            self.changed[key] = row._replace(
-                deadline_us=self.now_us + deadline_s * constants.US_PER_S + slack_us
-            )
-
-    def drop(self, key: Key) -> None:
-        """Forget a row (its message is gone or was moved elsewhere)."""
-        if self.row(key) is not None:
-            self.changed[key] = None
-
-    def advance(self, frontier: int) -> None:
-        self.cursor.frontier = max(self.cursor.frontier, frontier)
-
-    # -- results ---------------------------------------------------------------------------
-
-    @property
-    def dirty(self) -> bool:
-        """Whether there is anything to commit (activity time alone is not worth one)."""
-        return bool(self.changed) or self.cursor_changed
-
-    @property
-    def cursor_changed(self) -> bool:
-        """Whether the cursor row is worth rewriting: a field other than the activity
-        time moved, or the stored activity time is older than its resolution."""
-        before = replace(self.state.cursor, active_us=self.cursor.active_us)
-        stale = self.now_us - self.state.cursor.active_us > (
-            constants.ACTIVITY_RESOLUTION_S * constants.US_PER_S
-        )
-        return before != self.cursor or stale
-
-    def result_state(self, version: int) -> LeaseState:
-        return LeaseState(version, self.cursor, self._rows())

@@ -13,7 +13,8 @@ import orjson
 
 from lakepubsub._lake import table_schemas
 from lakepubsub.delivery.ackids import subscription_tag
-from lakepubsub.delivery.leases import LEASE_SLACK_US, RELEASE, Claim, Planner, Policy, Row
+from lakepubsub.delivery.leases import LEASE_SLACK_US, RELEASE, Row
+from lakepubsub.delivery.planner import Claim, Planner, Policy
 from lakepubsub.delivery.requests import AckRequest, PullRequest, TruncateRequest
 from lakepubsub.messages import (
     Message,

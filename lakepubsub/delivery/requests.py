@@ -4,12 +4,13 @@ cycle that applied it has committed (``lakepubsub/delivery/dispatcher.py``)."""
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from lakepubsub.delivery.ackids import AckId
 from lakepubsub.delivery.leases import Row
-from lakepubsub.messages import ReceivedMessage, TruncationEvent
+from lakepubsub.messages import Pull, ReceivedMessage, TruncationEvent
 
 
 @dataclass
@@ -21,6 +22,11 @@ class PullRequest:
     ack_deadline_s: int | None = None
     future: Future[list[ReceivedMessage]] = field(default_factory=Future)
     planned: bool = False  # has been part of at least one cycle's demand
+
+    @classmethod
+    def of(cls, pull: Pull) -> PullRequest:
+        """The request for ``pull``, waiting from now."""
+        return cls(pull.max_messages, time.monotonic() + pull.wait_s, pull.ack_deadline_s)
 
 
 @dataclass

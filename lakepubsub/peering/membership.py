@@ -62,7 +62,7 @@ class Member(NamedTuple):
     @classmethod
     def parse(cls, key: str) -> Member | None:
         parts = key.split("~")
-        if len(parts) != 5 or not parts[2].isdigit():
+        if len(parts) != len(cls._fields) or not parts[2].isdigit():
             return None
         return cls(parts[0], parts[1], int(parts[2]), parts[3], parts[4])
 

@@ -13,14 +13,14 @@ from typing import Protocol
 import pyarrow as pa
 
 from lakepubsub._lake import Lake
-from lakepubsub.messages import ReceivedMessage
+from lakepubsub.messages import Pull, ReceivedMessage
 from lakepubsub.peering.membership import Member
 from lakepubsub.resources.names import SubscriptionName
 
 
 def owner(members: tuple[Member, ...], me: Member | None, uid: str) -> Member | None:
     """The member that commits for ``uid``'s tables, or None if it is ``me``."""
-    if len(members) < 2:
+    if len(members) <= 1:  # alone: it owns everything
         return None
     best = max(members, key=lambda m: _score(uid, m.id))
     return None if best == me else best
@@ -40,14 +40,7 @@ class Owner(Protocol):
 
     def publish_forwarded(self, topic_uid: str, columns: pa.Table) -> Future[list[str]]: ...
 
-    def pull_here(
-        self,
-        name: SubscriptionName,
-        *,
-        max_messages: int,
-        wait_s: float,
-        ack_deadline_s: int | None,
-    ) -> Future[list[ReceivedMessage]]: ...
+    def pull_here(self, name: SubscriptionName, pull: Pull) -> Future[list[ReceivedMessage]]: ...
 
     def acknowledge_here(
         self, name: SubscriptionName, ack_ids: list[str], deadline_s: int | None

@@ -40,7 +40,7 @@ import orjson
 import pyarrow as pa
 
 from lakepubsub import metrics
-from lakepubsub.messages import ReceivedMessage
+from lakepubsub.messages import Pull, ReceivedMessage
 from lakepubsub.peering import codec, ownership, transport
 from lakepubsub.peering.membership import MEMBERS, Member, Membership
 from lakepubsub.peering.ownership import Owner
@@ -240,26 +240,12 @@ class Peering:
             lambda answer: int(orjson.loads(answer)["first"]),
         )
 
-    def pull(
-        self,
-        member: Member,
-        subscription: str,
-        max_messages: int,
-        wait_s: float,
-        ack_deadline_s: int | None,
-    ) -> Future[list[ReceivedMessage]]:
-        body = orjson.dumps(
-            {
-                "subscription": subscription,
-                "max_messages": max_messages,
-                "wait_s": wait_s,
-                "ack_deadline_s": ack_deadline_s,
-            }
-        )
+    def pull(self, member: Member, subscription: str, pull: Pull) -> Future[list[ReceivedMessage]]:
+        body = orjson.dumps({"subscription": subscription, **pull.to_json()})
         metrics.PEER_CALLS.labels("pull").inc()
         name = SubscriptionName.parse(subscription)
         return transport.then(
-            self._client.call(member, "Pull", body, wait_s + CALL_MARGIN_S),
+            self._client.call(member, "Pull", body, pull.wait_s + CALL_MARGIN_S),
             codec.deliveries_from_ipc,
             orphan=lambda got: self._engine.release(name, got),
         )

@@ -21,7 +21,7 @@ import grpc
 import orjson
 
 from lakepubsub import errors, metrics
-from lakepubsub.messages import ReceivedMessage
+from lakepubsub.messages import Pull, ReceivedMessage
 from lakepubsub.peering import codec
 from lakepubsub.peering.membership import Member
 from lakepubsub.peering.ownership import Owner
@@ -151,14 +151,7 @@ class Handlers(grpc.GenericRpcHandler):
         started: list[Future[list[ReceivedMessage]]] = []
 
         def pull() -> Future[list[ReceivedMessage]]:
-            started.append(
-                engine.pull_here(
-                    name,
-                    max_messages=int(doc["max_messages"]),
-                    wait_s=float(doc["wait_s"]),
-                    ack_deadline_s=doc["ack_deadline_s"],
-                )
-            )
+            started.append(engine.pull_here(name, Pull.from_json(doc)))
             return started[0]
 
         try:

@@ -24,6 +24,7 @@ from lakepubsub import constants, errors, metrics, retry
 from lakepubsub._lake import Lake
 from lakepubsub.peering.transport import Unreachable
 from lakepubsub.publish.batches import Batch, combined
+from lakepubsub.publish.committer import Committer
 from lakepubsub.publish.intake import Intake
 from lakepubsub.publish.messages_table import MessagesTable, numbered
 from lakepubsub.settings import Settings
@@ -63,7 +64,7 @@ class _Request:
     here: bool = False  # the owner could not be reached: commit here
 
 
-class TopicPublisher:
+class TopicPublisher(Committer[_Request]):
     """Appends publish requests for one topic, many per commit."""
 
     def __init__(
@@ -75,6 +76,7 @@ class TopicPublisher:
         forward: Forward | None = None,
         intake: Intake | None = None,
     ) -> None:
+        super().__init__()
         self.topic_uid = topic_uid
         self._intake = intake
         self._forward = forward
@@ -83,14 +85,9 @@ class TopicPublisher:
         self._on_commit = on_commit
         self._app_id = f"lakepubsub-publisher-{uuid.uuid4()}"
         self._txn = 0
-        self._cond = threading.Condition()
-        self._queue: list[_Request] = []
-        self._closed = False
         self._handed_over = 0
         self._answer_s = 0.0  # moving average of the owner's answer time
         self._table: MessagesTable | None = None
-        self._thread: threading.Thread | None = None
-        self._committed_at = 0.0  # time.monotonic() when the last commit here started
         self._committing_here = self._forward is None  # the last group was committed here
 
     def submit(self, batch: Batch, *, forwarded: bool = False) -> Future[list[str]]:
@@ -98,9 +95,7 @@ class TopicPublisher:
         A ``forwarded`` batch (another process's group) is committed by this process."""
         request = _Request(batch, Future(), forwarded)
         with self._cond:
-            if self._closed:
-                raise errors.Unavailable("the publisher is shutting down")
-            self._queue.append(request)
+            self._enqueue(request)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name=f"publish-{self.topic_uid[:8]}", daemon=True
@@ -108,15 +103,6 @@ class TopicPublisher:
                 self._thread.start()
             self._cond.notify()
         return request.future
-
-    def close(self) -> None:
-        """Commit everything queued, then stop."""
-        with self._cond:
-            self._closed = True
-            self._cond.notify()
-            thread = self._thread
-        if thread is not None:
-            thread.join()
 
     def _run(self) -> None:
         idle_since = time.monotonic()
@@ -133,14 +119,8 @@ class TopicPublisher:
                         self._thread = None
                         return
                     self._cond.wait(timeout=1.0)
-                # The flush window: what arrives meanwhile joins this commit. Only
-                # where the commit is made (groups handed to the owner wait there).
-                opens = self._committed_at + flush_s
-                while self._committing_here and not self._closed:
-                    remaining = opens - time.monotonic()
-                    if remaining <= 0:
-                        break
-                    self._cond.wait(timeout=remaining)
+                # Only where the commit is made (groups handed to the owner wait there).
+                self._flush_window(flush_s, while_=lambda: self._committing_here)
                 group = self._take()
             self._commit(group)
             idle_since = time.monotonic()

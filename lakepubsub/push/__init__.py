@@ -7,6 +7,9 @@ endpoint rules and the OIDC tokens.
 
 from __future__ import annotations
 
+import signal
+import threading
+
 from lakepubsub import Engine
 from lakepubsub.push.dispatcher import PushService
 from lakepubsub.push.oidc import Signer
@@ -31,9 +34,6 @@ def run_forever(engine: Engine) -> None:
     Any number of these (and of API servers) may serve one lake: they share the
     work through the same leases as pull clients.
     """
-    import signal
-    import threading
-
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())

@@ -19,6 +19,7 @@ import ssl
 import time
 import typing
 from dataclasses import dataclass, field
+from http import HTTPStatus
 
 import httpcore
 import httpx
@@ -33,6 +34,9 @@ log = logging.getLogger(__name__)
 
 # Status codes that acknowledge a push (seed 003).
 ACK_STATUSES = frozenset({102, 200, 201, 202, 204})
+# The informational (1xx) status codes; of them, 102 Processing acknowledges a push.
+INFORMATIONAL = range(HTTPStatus.CONTINUE, HTTPStatus.OK)
+PROCESSING = int(HTTPStatus.PROCESSING)
 # Status codes that also ask the sender to slow down (seed 000's UNAVAILABLE).
 PUSHBACK_STATUSES = frozenset({429, 503})
 # Failures of a request that got no answer on a reused connection: retried once.
@@ -65,16 +69,17 @@ class _Attempt:
             if line_end < 0:
                 self._done = len(self._head) >= MAX_SNIFF_BYTES
                 return
-            parts = self._head[:line_end].split(b" ", 2)
-            if not parts[0].startswith(b"HTTP/") or len(parts) < 2 or not parts[1].isdigit():
+            version, _, rest = self._head[:line_end].partition(b" ")
+            code = rest.split(b" ", 1)[0]
+            if not version.startswith(b"HTTP/") or not code.isdigit():
                 self._done = True
                 return
-            status = int(parts[1])
-            if not 100 <= status < 200:
+            status = int(code)
+            if status not in INFORMATIONAL:
                 self._done = True
                 return
             self.informational.append(status)
-            if status == 102:
+            if status == PROCESSING:
                 self.processing.set()
             head_end = self._head.find(b"\r\n\r\n")
             if head_end < 0:
@@ -281,8 +286,8 @@ class Sender:
             exchange.cancel()
             status, error = None, "timed out (ack deadline)"
             await asyncio.gather(exchange, return_exceptions=True)
-        if 102 in attempt.informational:
-            return Result(Outcome.ACK, 102)
+        if PROCESSING in attempt.informational:
+            return Result(Outcome.ACK, PROCESSING)
         if status is None:
             return Result(Outcome.NACK, None, error)
         if status in ACK_STATUSES:

@@ -63,13 +63,13 @@ class ResourceName:
 
     @classmethod
     def parse(cls, path: str) -> Self:
-        parts = path.split("/")
-        if len(parts) != 4 or parts[0] != "projects" or parts[2] != cls.collection:
-            raise errors.InvalidArgument(
-                f"Invalid {cls.kind} name {path!r}: expected "
-                f"projects/{{project}}/{cls.collection}/{{{cls.kind}}}"
-            )
-        return cls(parts[1], parts[3])
+        match path.split("/"):
+            case ["projects", project, collection, name] if collection == cls.collection:
+                return cls(project, name)
+        raise errors.InvalidArgument(
+            f"Invalid {cls.kind} name {path!r}: expected "
+            f"projects/{{project}}/{cls.collection}/{{{cls.kind}}}"
+        )
 
 
 class TopicName(ResourceName):

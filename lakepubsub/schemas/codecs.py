@@ -40,6 +40,8 @@ BINARY = "BINARY"
 ENCODINGS = (JSON, BINARY)
 # The file name a .proto definition is compiled under (it appears in protoc's messages).
 PROTO_FILE = "schema.proto"
+# A library's error message is cut to this many characters in ours.
+MAX_ERROR_CHARS = 200
 
 
 @dataclass(frozen=True, eq=False)
@@ -223,7 +225,12 @@ def _binary_reader(schema: Any) -> Callable[[IO[bytes]], Any]:
 
 
 def _fastavro_decoder(schema: Any) -> Callable[[IO[bytes]], Any]:
-    from fastavro._read import _default_named_schemas, _read_data  # type: ignore[attr-defined]
+    # fastavro's private reader, imported here: a release without it raises in this call
+    # and the caller falls back to the public reader.
+    from fastavro._read import (  # type: ignore[attr-defined]  # noqa: PLC0415 — may be gone
+        _default_named_schemas,
+        _read_data,
+    )
 
     named = _default_named_schemas()
     writer = fastavro.parse_schema(schema, named["writer"])
@@ -438,4 +445,4 @@ def _shape(f: FieldDescriptor) -> tuple[Any, ...]:
 
 def _short(exc: Exception) -> str:
     text = str(exc) or type(exc).__name__
-    return text if len(text) <= 200 else text[:197] + "..."
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."

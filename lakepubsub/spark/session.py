@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 from lakepubsub import errors
 from lakepubsub.settings import Settings
 from lakepubsub.spark import jars
+from lakepubsub.spark.datasource import DeltaDataSource
 from lakepubsub.spark.tables import s3a_conf
 
 # Small shuffles: lakepubsub's Spark jobs aggregate one topic at a time on a few cores.
@@ -122,8 +123,6 @@ def quiet_query_errors() -> None:
 
 def register_source(spark: SparkSession) -> None:
     """Register the ``lakedelta`` writer in ``spark``; a no-op when it already is."""
-    from lakepubsub.spark.datasource import DeltaDataSource
-
     if spark.conf.get(_REGISTERED_CONF, "false") == "true":
         return
     spark.dataSource.register(DeltaDataSource)

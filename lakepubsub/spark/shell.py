@@ -235,7 +235,7 @@ def keep_statement(history: Any, started: int) -> None:
     statement they make, so the up arrow brings it back whole."""
     count = history.get_current_history_length()
     lines = [history.get_history_item(i) for i in range(started + 1, count + 1)]
-    if len(lines) < 2:
+    if len(lines) <= 1:  # nothing to join
         return
     for position in range(count - 1, started - 1, -1):  # zero-based, newest first
         history.remove_history_item(position)
@@ -250,7 +250,7 @@ def _history() -> Iterator[Any]:
     of several lines into several entries when read back.
     """
     try:
-        import readline
+        import readline  # noqa: PLC0415 — optional: absent on some platforms
     except ImportError:  # no readline on this platform: plain input()
         yield None
         return

@@ -31,7 +31,9 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
+from lakepubsub.engine import Engine
 from lakepubsub.resources.names import TopicName
+from lakepubsub.resources.subscriptions import parse_subscription_filter
 from lakepubsub.settings import Settings
 from lakepubsub.spark.tables import DELTA, configure_storage, spark_path
 
@@ -73,8 +75,6 @@ def topic_stream(
     (``attributes.k = "v"``); ``starting_offset`` drops older messages (a new
     checkpoint starts with every message the table holds).
     """
-    from lakepubsub.engine import Engine
-
     settings = lake if isinstance(lake, Settings) else _settings(lake, storage_options)
     name = topic if isinstance(topic, TopicName) else TopicName.parse(topic)
     with Engine(settings) as engine:
@@ -93,10 +93,6 @@ def topic_stream(
 def filter_column(text: str) -> Column:
     """A Pub/Sub subscription filter as a boolean column over ``attributes``, matching
     as the API matches (a plain Python UDF: Arrow UDFs would need pandas on executors)."""
-    from pyspark.sql.functions import udf
-
-    from lakepubsub.resources.subscriptions import parse_subscription_filter
-
     parse_subscription_filter(text)  # a bad filter fails here, not in a task
     compiled: dict[str, Any] = {}
 
@@ -105,7 +101,7 @@ def filter_column(text: str) -> Column:
             compiled[text] = parse_subscription_filter(text)
         return bool(compiled[text].matches(attributes or {}))
 
-    return udf(matches, "boolean", useArrow=False)("attributes")
+    return sf.udf(matches, "boolean", useArrow=False)("attributes")
 
 
 def _settings(lake: str, storage_options: Mapping[str, str] | None) -> Settings:

@@ -1,4 +1,4 @@
-"""The server's app with publish left to FastAPI's router (no ``api/fast.py``): the
+"""The server's app with publish left to FastAPI's router (no ``api/rest/fast.py``): the
 reference that ``test_fast_routes.py`` holds the fast lane to."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from api.app import create_app as server_app
-from api.fast import FastRoutes
+from api.rest.fast import FastRoutes
 
 
 def create_app() -> FastAPI:

@@ -1,4 +1,4 @@
-"""Publish is served before FastAPI's router (``api/fast.py``). It must answer exactly
+"""Publish is served before FastAPI's router (``api/rest/fast.py``). It must answer exactly
 what the router's publish route answers: the same requests, sent to a server with
 the fast lane and to one without it (each on its own lake, in the same state), get
 the same status, content type and body, and leave the same messages behind."""
@@ -19,7 +19,7 @@ from starlette.types import Receive, Scope, Send
 from support import LakeSpec, Server, start_server, stop_server
 
 from api.app import create_app
-from api.fast import FastRoutes
+from api.rest.fast import FastRoutes
 from lakepubsub import Engine, Settings
 from lakepubsub.resources.names import TopicName
 from lakepubsub.resources.topics import Topic

@@ -384,6 +384,6 @@ def test_policy_ends_with_the_resource(keys: dict[str, httpx.Client]) -> None:
     ok(root.delete(f"{A}/topics/reborn"))
     make(root, A, topics=("reborn",))
     assert ok(root.get(f"{A}/topics/reborn:getIamPolicy")) == {"version": 1, "etag": "ACAB"}
-    # Checks read policies at most this stale (api/auth.py).
+    # Checks read policies at most this stale (api/auth/settings.py).
     time.sleep(POLICY_MAX_STALENESS_S + 0.2)
     denied(bob.post(f"{A}/topics/reborn:publish", json=PUBLISH))

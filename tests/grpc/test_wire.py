@@ -214,16 +214,16 @@ def test_unary_acks_free_room_of_streams(wire: Wire, names: Names) -> None:
 def _unchanged_count(serve: Serve) -> float:
     with rest(serve) as http:
         text = http.get("/metrics").text
-    line = next(x for x in text.splitlines() if x.startswith("lakepubsub_grpc_deadline_changes_"))
+    line = next(x for x in text.splitlines() if x.startswith("lakepubsub_deadline_changes_"))
     return float(line.split()[-1])
 
 
-def test_receipt_deadline_changes_are_decided_at_the_door(
+def test_receipt_deadline_changes_take_no_dispatcher_cycle(
     wire: Wire, names: Names, emulator: Serve
 ) -> None:
     """A deadline change that would leave a stream's lease as it is (Google's clients
     send one for every message received, often after its ack) is answered without
-    the dispatcher; one that changes the lease still reaches it and takes effect."""
+    a dispatcher cycle; one that changes the lease still reaches it and takes effect."""
     topic, sub = make(wire, names)
     publish(wire, topic, 3)
     stream = wire.stream(first_request(sub))

@@ -284,10 +284,10 @@ def test_the_intake_table(
         intake = engine.intake
         assert intake is not None
         intake.move_all()
-        monkeypatch.setattr("lakepubsub.publish.intake.REMOVAL_PASS_S", 0.0)
+        monkeypatch.setattr("lakepubsub.publish.intake_moves.REMOVAL_PASS_S", 0.0)
         with intake._work:
-            intake._remove_moved(time.monotonic())  # the first pass starts the grace (0 s)
-            intake._remove_moved(time.monotonic())
+            intake.mover.remove_moved(time.monotonic())  # the first pass starts the grace (0 s)
+            intake.mover.remove_moved(time.monotonic())
         assert assert_same_rows(spark, uri, storage) == 0
         assert_every_version(spark, uri, storage)
         for topic in topics:

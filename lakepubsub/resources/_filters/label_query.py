@@ -80,19 +80,16 @@ def _atom(scanner: Scanner) -> Expression:
 
 
 def _key(scanner: Scanner) -> str:
-    scanner.skip_whitespace()
-    if scanner.peek() in QUOTES:
-        return scanner.string_literal()
-    key = scanner.take_run(_KEY_CHARS)
-    if not key:
+    key = scanner.quoted_or_run(_KEY_CHARS)
+    if key is None:
         raise scanner.error("a label key such as example.com/device_type")
     return key
 
 
 def _value(scanner: Scanner) -> str:
-    scanner.skip_whitespace()
-    if scanner.peek() in QUOTES:
-        return scanner.string_literal()
+    quoted = scanner.quoted()
+    if quoted is not None:
+        return quoted
     start = scanner.pos
     text = scanner.text
     end = start

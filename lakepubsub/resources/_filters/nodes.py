@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+# AND and OR take this many operands or more: the canonical text cannot spell fewer.
+MIN_OPERANDS = 2
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 _NAMED_ESCAPES = {
     "\\": "\\\\",
@@ -105,8 +107,7 @@ Expression = Has | Equals | NotEquals | HasPrefix | Not | And | Or
 
 
 def _check_operands(operands: tuple[Expression, ...], name: str) -> None:
-    # The canonical text has no way to spell a one-operand AND, so the tree must not hold one.
-    if not isinstance(operands, tuple) or len(operands) < 2:
+    if not isinstance(operands, tuple) or len(operands) < MIN_OPERANDS:
         raise ValueError(f"{name} needs a tuple of at least two operands")
 
 

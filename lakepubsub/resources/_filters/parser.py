@@ -146,21 +146,18 @@ def _has_prefix(scanner: Scanner) -> Expression:
 
 
 def _key(scanner: Scanner) -> str:
-    scanner.skip_whitespace()
-    if scanner.peek() in QUOTES:
-        return scanner.string_literal()
-    key = scanner.take_run(BARE_KEY_CHARS)
-    if not key and scanner.peek() == "\\":
+    key = scanner.quoted_or_run(BARE_KEY_CHARS)
+    if key is None and scanner.peek() == "\\":
         raise scanner.fail("escape sequences are only allowed inside a quoted string")
-    if not key:
+    if key is None:
         raise scanner.error("an attribute key (letters, digits, '-' and '_', or a quoted string)")
     return key
 
 
 def _string(scanner: Scanner) -> str:
-    scanner.skip_whitespace()
-    if scanner.peek() in QUOTES:
-        return scanner.string_literal()
+    quoted = scanner.quoted()
+    if quoted is not None:
+        return quoted
     raise scanner.error('a string literal such as "value"')
 
 

@@ -110,6 +110,19 @@ class Scanner:
         position = (self.pos if at is None else at) + 1
         return errors.InvalidArgument(f"Invalid {self.what} at character {position}: {message}")
 
+    def quoted(self) -> str | None:
+        """The quoted string at the next token, decoded; None if none starts there."""
+        self.skip_whitespace()
+        return self.string_literal() if self.peek() in QUOTES else None
+
+    def quoted_or_run(self, allowed: frozenset[str]) -> str | None:
+        """The next token, a quoted string (decoded) or a run of ``allowed`` characters;
+        None if neither starts there."""
+        quoted = self.quoted()
+        if quoted is not None:
+            return quoted
+        return self.take_run(allowed) or None
+
     def string_literal(self) -> str:
         """Reads a quoted string at the cursor and returns its decoded value."""
         text, start = self.text, self.pos

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
-
-from fastapi import APIRouter, Query
+from fastapi import APIRouter
 from starlette.responses import Response
 
 from api import convert
 from api import models as m
-from api.deps import EngineDep, json_response
+from api.deps import EngineDep, PageSize, PageToken, json_response, page_response
 from lakepubsub import errors
 from lakepubsub.resources.names import SnapshotName, SubscriptionName
 
@@ -57,11 +55,8 @@ def delete_snapshot(project: str, snapshot: str, engine: EngineDep) -> Response:
 def list_snapshots(
     project: str,
     engine: EngineDep,
-    page_size: Annotated[int, Query(alias="pageSize", ge=0)] = 0,
-    page_token: Annotated[str, Query(alias="pageToken")] = "",
+    page_size: PageSize = 0,
+    page_token: PageToken = "",
 ) -> Response:
     snapshots, token = engine.list_snapshots(project, page_size=page_size, page_token=page_token)
-    body: dict[str, Any] = {"snapshots": [convert.snapshot_body(s) for s in snapshots]}
-    if token:
-        body["nextPageToken"] = token
-    return json_response(body)
+    return page_response("snapshots", [convert.snapshot_body(s) for s in snapshots], token)

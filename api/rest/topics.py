@@ -6,13 +6,13 @@ import asyncio
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Body, Query, Request
+from fastapi import APIRouter, Body, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from api import convert
 from api import models as m
-from api.deps import EngineDep, json_response
+from api.deps import EngineDep, PageSize, PageToken, json_response, page_response
 from lakepubsub import Engine, errors
 from lakepubsub.resources.names import TopicName
 
@@ -22,14 +22,10 @@ messaging = APIRouter(prefix="/v1/projects/{project}", tags=["topics"])
 
 # Publish bodies up to this size are decoded on the event loop when the topic
 # can be looked up without a storage read. Decoding holds the GIL either way, so a
-# worker thread only adds its hand-off. Inline, REST publish of 100 messages of
-# 1 KiB (about 140 KB of JSON) from 8 clients went from 23-25 to 18-21 s of server
-# CPU per million messages (bench, 2026-11-26).
-# Larger bodies go to a worker thread, so one request does not stall the loop long.
+# worker thread only adds its hand-off (docs/architecture.md, "Inline on the
+# event loop", has the measurement). Larger bodies go to a worker thread, so one
+# request does not stall the loop long.
 INLINE_PUBLISH_BYTES = 256 * 1024
-
-PageSize = Annotated[int, Query(alias="pageSize", ge=0)]
-PageToken = Annotated[str, Query(alias="pageToken")]
 
 
 @router.put("/topics/{topic}", response_model=m.TopicBody, name="create_topic")
@@ -68,10 +64,7 @@ def list_topics(
     project: str, engine: EngineDep, page_size: PageSize = 0, page_token: PageToken = ""
 ) -> Response:
     topics, token = engine.list_topics(project, page_size=page_size, page_token=page_token)
-    body: dict[str, Any] = {"topics": [convert.topic_body(t) for t in topics]}
-    if token:
-        body["nextPageToken"] = token
-    return json_response(body)
+    return page_response("topics", [convert.topic_body(t) for t in topics], token)
 
 
 @router.get(
@@ -85,10 +78,7 @@ def list_topic_subscriptions(
     names, token = engine.list_topic_subscriptions(
         TopicName(project, topic), page_size=page_size, page_token=page_token
     )
-    body: dict[str, Any] = {"subscriptions": names}
-    if token:
-        body["nextPageToken"] = token
-    return json_response(body)
+    return page_response("subscriptions", names, token)
 
 
 def _submit_publish(engine: Engine, name: TopicName, raw: bytes) -> Any:
@@ -115,7 +105,7 @@ def _submit_publish(engine: Engine, name: TopicName, raw: bytes) -> Any:
 async def publish(project: str, topic: str, request: Request, engine: EngineDep) -> Response:
     """Publish messages; the ids are returned once the messages are committed to the lake.
 
-    A server answers this method in ``api/fast.py`` before the router; both call
+    A server answers this method in ``api/rest/fast.py`` before the router; both call
     ``publish_ids``."""
     ids = await publish_ids(engine, TopicName(project, topic), await request.body())
     return json_response({"messageIds": ids})

@@ -31,7 +31,24 @@ HTTP_SECONDS = Histogram(
 )
 
 
-class Admission:
+class HttpMiddleware:
+    """Pure ASGI middleware that handles HTTP requests (``handle``); the lifespan and
+    other scopes pass through untouched."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        await self.handle(scope, receive, send)
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raise NotImplementedError
+
+
+class Admission(HttpMiddleware):
     """Answer RESOURCE_EXHAUSTED (429, ``Retry-After``) at once when this process already
     has ``max_inflight_requests`` API requests or ``max_inflight_body_bytes`` of request
     bodies in flight, or when its event loop lags more than ``MAX_LOOP_LAG_S`` with
@@ -42,7 +59,7 @@ class Admission:
     settings, read on the first request."""
 
     def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+        super().__init__(app)
         self.requests = 0
         self.body_bytes = 0
         self.limits: tuple[int, int] | None = None
@@ -55,9 +72,9 @@ class Admission:
             now + constants.LOOP_LAG_PROBE_S, self._probe, loop, now + constants.LOOP_LAG_PROBE_S
         )
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        if scope["type"] != "http" or not path.startswith("/v1/") or path.endswith(":pull"):
+        if not path.startswith("/v1/") or path.endswith(":pull"):
             await self.app(scope, receive, send)
             return
         if self.limits is None:
@@ -102,18 +119,12 @@ class BodyTooLarge(Exception):
     pass
 
 
-class LimitBody:
+class LimitBody(HttpMiddleware):
     """Refuse request bodies over ``MAX_BODY_BYTES`` with 413 in the Pub/Sub error shape,
     and read every API body as JSON whatever its declared content type (curl's default
     form type included): the API has no other body format."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = dict(scope.get("headers", []))
         if scope["path"].startswith("/v1/") and b"json" not in headers.get(b"content-type", b""):
             headers[b"content-type"] = b"application/json"
@@ -154,16 +165,10 @@ async def _too_large(scope: Scope, receive: Receive, send: Send) -> None:
     await response(scope, receive, send)
 
 
-class Metrics:
+class Metrics(HttpMiddleware):
     """Count requests and time them per route template."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
         status = [500]
 

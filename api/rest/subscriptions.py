@@ -5,15 +5,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Annotated, Any, TypeVar
+from typing import Any, TypeVar
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from api import convert
 from api import models as m
-from api.deps import EngineDep, json_response
+from api.deps import EngineDep, PageSize, PageToken, json_response, page_response
 from lakepubsub import Engine, errors
 from lakepubsub.messages import ReceivedMessage
 from lakepubsub.resources.names import SnapshotName, SubscriptionName
@@ -23,9 +23,6 @@ T = TypeVar("T")
 router = APIRouter(prefix="/v1/projects/{project}", tags=["subscriptions"])
 # Pull, acknowledge, modifyAckDeadline and nack, on a router the app tries first (api/app.py).
 messaging = APIRouter(prefix="/v1/projects/{project}", tags=["subscriptions"])
-
-PageSize = Annotated[int, Query(alias="pageSize", ge=0)]
-PageToken = Annotated[str, Query(alias="pageToken")]
 
 
 @router.put(
@@ -73,17 +70,14 @@ def list_subscriptions(
     project: str, engine: EngineDep, page_size: PageSize = 0, page_token: PageToken = ""
 ) -> Response:
     subs, token = engine.list_subscriptions(project, page_size=page_size, page_token=page_token)
-    body: dict[str, Any] = {"subscriptions": [convert.subscription_body(s) for s in subs]}
-    if token:
-        body["nextPageToken"] = token
-    return json_response(body)
+    return page_response("subscriptions", [convert.subscription_body(s) for s in subs], token)
 
 
 async def _submit(engine: Engine, work: Callable[..., T], *args: Any) -> T:
     """``work(*args)`` inline when it finds everything in the cached catalog; else on a
     worker thread (it reads storage). Parsing ack ids and queueing work for the
-    dispatcher hold the GIL either way, so the hop is pure cost: inline, REST pull + ack
-    by 4 consumers went from 52 to 54-59 thousand msgs/s (bench, 2026-11-26)."""
+    dispatcher hold the GIL either way, so the hop is pure cost (docs/architecture.md,
+    "Inline on the event loop")."""
     if engine.lookups_need_no_io():
         return work(*args)
     return await run_in_threadpool(work, *args)
@@ -186,10 +180,16 @@ async def pull(
     return json_response({"receivedMessages": items})
 
 
-def _ack_failures(failures: dict[str, str]) -> None:
-    error = convert.ack_failures_error(failures)
+async def _settle(
+    engine: Engine, work: Callable[..., Future[dict[str, str]]], *args: Any
+) -> Response:
+    """Acknowledge or change deadlines with ``work(*args)``; exactly-once failures are
+    raised as Pub/Sub reports them."""
+    future = await _submit(engine, work, *args)
+    error = convert.ack_failures_error(await asyncio.wrap_future(future))
     if error is not None:
         raise error
+    return json_response({})
 
 
 @messaging.post(
@@ -199,9 +199,7 @@ async def acknowledge(
     project: str, subscription: str, body: m.AcknowledgeRequest, engine: EngineDep
 ) -> Response:
     name = SubscriptionName(project, subscription)
-    future = await _submit(engine, engine.acknowledge_future, name, body.ack_ids)
-    _ack_failures(await asyncio.wrap_future(future))
-    return json_response({})
+    return await _settle(engine, engine.acknowledge_future, name, body.ack_ids)
 
 
 @messaging.post(
@@ -213,11 +211,8 @@ async def modify_ack_deadline(
     project: str, subscription: str, body: m.ModifyAckDeadlineRequest, engine: EngineDep
 ) -> Response:
     name = SubscriptionName(project, subscription)
-    future = await _submit(
-        engine, engine.modify_ack_deadline_future, name, body.ack_ids, body.ack_deadline_seconds
-    )
-    _ack_failures(await asyncio.wrap_future(future))
-    return json_response({})
+    deadline_s = body.ack_deadline_seconds
+    return await _settle(engine, engine.modify_ack_deadline_future, name, body.ack_ids, deadline_s)
 
 
 @messaging.post("/subscriptions/{subscription}:nack", response_model=m.Empty, name="nack")
@@ -226,9 +221,7 @@ async def nack(
 ) -> Response:
     """lakepubsub extension (seed 000 Nack): make the messages redeliverable now."""
     name = SubscriptionName(project, subscription)
-    future = await _submit(engine, engine.modify_ack_deadline_future, name, body.ack_ids, 0)
-    _ack_failures(await asyncio.wrap_future(future))
-    return json_response({})
+    return await _settle(engine, engine.modify_ack_deadline_future, name, body.ack_ids, 0)
 
 
 @router.post(

@@ -9,7 +9,7 @@ router; this middleware is the little that does.
 
 It runs inside the app's own middleware (admission, the body limit, metrics,
 access control, added outside it in ``api/app.py``), so those apply unchanged,
-and it answers exactly what the ``publish`` route in ``api/topics.py`` answers:
+and it answers exactly what the ``publish`` route in ``api/rest/topics.py`` answers:
 both call ``topics.publish_ids``, and the route is still matched by its own
 pattern (taken from the app), so a path the route would not take goes on to
 the router. The route stays in the app for the OpenAPI document.
@@ -23,9 +23,9 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api import errors as api_errors
-from api import topics
 from api.auth import routes_of
 from api.deps import json_bytes
+from api.rest import topics
 from lakepubsub import errors
 from lakepubsub.resources.names import TopicName
 

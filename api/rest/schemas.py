@@ -13,7 +13,7 @@ from pydantic import Field
 from starlette.responses import Response
 
 from api import convert
-from api.deps import EngineDep, json_response
+from api.deps import EngineDep, json_response, page_response
 from api.models import Model
 from lakepubsub import errors
 from lakepubsub.resources.names import SchemaName, validate_project
@@ -99,10 +99,9 @@ def schema_body(schema: Schema, view: str, *, revision: bool = False) -> dict[st
 
 
 def _listed(items: list[Schema], token: str, view: str, *, revisions: bool) -> Response:
-    body: dict[str, Any] = {"schemas": [schema_body(s, view, revision=revisions) for s in items]}
-    if token:
-        body["nextPageToken"] = token
-    return json_response(body)
+    return page_response(
+        "schemas", [schema_body(s, view, revision=revisions) for s in items], token
+    )
 
 
 @router.post("/schemas:validate", name="validate_schema")

@@ -1,0 +1,60 @@
+"""Translation between Pub/Sub JSON and the core engine's types, shared by both
+doors: ``fields`` (durations, times, enums, base64, update masks, unbuilt
+features), ``resources`` (topics, subscriptions, snapshots) and ``messages``
+(publish bodies, deliveries, truncation events, ack failures)."""
+
+from __future__ import annotations
+
+from api.convert.fields import (
+    ENCODINGS,
+    decode_data,
+    enum_name,
+    format_time_us,
+    parse_time_us,
+    refuse_unbuilt,
+)
+from api.convert.messages import (
+    ack_failures_error,
+    event_attributes,
+    event_body,
+    event_message_id,
+    publish_batch,
+    received_body,
+)
+from api.convert.resources import (
+    push_config,
+    snapshot_body,
+    subscription_body,
+    subscription_fields,
+    subscription_from_body,
+    subscription_mask,
+    topic_body,
+    topic_changes,
+    topic_from_body,
+    topic_mask,
+)
+
+__all__ = [
+    "ENCODINGS",
+    "ack_failures_error",
+    "decode_data",
+    "enum_name",
+    "event_attributes",
+    "event_body",
+    "event_message_id",
+    "format_time_us",
+    "parse_time_us",
+    "publish_batch",
+    "push_config",
+    "received_body",
+    "refuse_unbuilt",
+    "snapshot_body",
+    "subscription_body",
+    "subscription_fields",
+    "subscription_from_body",
+    "subscription_mask",
+    "topic_body",
+    "topic_changes",
+    "topic_from_body",
+    "topic_mask",
+]
