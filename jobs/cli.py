@@ -169,77 +169,72 @@ def gc_command(
     _execute(ctx, lake, master, log_level, lambda c: gc.run(c, options), spark=False)
 
 
-def _consumer_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """The options both consumers take, named as their options' fields."""
-    for option in reversed(
-        (
-            click.option(
-                "--target", required=True, help="Delta table to append to (path or s3:// URI)."
-            ),
-            click.option("--sql", default=None, help="SELECT … FROM messages"),
-            click.option("--transform", default=None, help="module:function or file.py:function"),
-            click.option(
-                "--partition-by", default="", help="Comma-separated, when creating the target."
-            ),
-        )
-    ):
-        func = option(func)
-    return func
-
-
-def _consume(
-    ctx: click.Context,
-    common: tuple[str | None, str | None, str],
-    run_job: Callable[[JobContext, Any], Report],
-    options_type: type[Any],
-    fields: dict[str, Any],
-) -> None:
-    """Run a consumer: ``common`` is (lake, master, log level), ``fields`` its options."""
-    if (fields["sql"] is None) == (fields["transform"] is None):
-        raise click.UsageError("give exactly one of --sql and --transform")
-    columns = tuple(c.strip() for c in fields["partition_by"].split(",") if c.strip())
-    options = options_type(**{**fields, "partition_by": columns})
-    _execute(ctx, *common, lambda c: run_job(c, options))
-
-
-@run.command("batch-consume")
-@lake_option
-@master_option
-@log_option
-@click.option("--subscription", required=True, help="projects/P/subscriptions/S")
-@_consumer_options
-@click.option("--max-messages", type=click.IntRange(1), default=None)
-@click.pass_context
-def batch_consume_command(
-    ctx: click.Context, /, lake: str | None, master: str | None, log_level: str, **fields: Any
-) -> None:
-    """Consume a subscription's new messages into a Delta table, exactly once."""
-    common = (lake, master, log_level)
-    _consume(ctx, common, batch_consume.run, batch_consume.BatchOptions, fields)
-
-
-@run.command("stream-consume")
-@lake_option
-@master_option
-@log_option
-@click.option("--topic", required=True, help="projects/P/topics/T")
-@click.option("--checkpoint", required=True, help="This consumer's checkpoint (path or s3:// URI).")
-@_consumer_options
-@click.option("--filter", default="", help='Pub/Sub filter: attributes.k = "v"')
-@click.option(
-    "--starting-offset",
-    type=click.IntRange(0),
-    default=None,
-    help="A new checkpoint's first offset [default: the oldest message].",
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+# The options both consumers take, named as their options' fields.
+_CONSUMER_OPTIONS: tuple[Decorator, ...] = (
+    click.option("--target", required=True, help="Delta table to append to (path or s3:// URI)."),
+    click.option("--sql", default=None, help="SELECT … FROM messages"),
+    click.option("--transform", default=None, help="module:function or file.py:function"),
+    click.option("--partition-by", default="", help="Comma-separated, when creating the target."),
 )
-@click.option("--max-files-per-trigger", type=click.IntRange(1), default=None)
-@click.pass_context
-def stream_consume_command(
-    ctx: click.Context, /, lake: str | None, master: str | None, log_level: str, **fields: Any
+
+
+def _consumer(
+    name: str,
+    summary: str,
+    job: tuple[Callable[[JobContext, Any], Report], type[Any]],
+    source: tuple[Decorator, ...],
+    extra: tuple[Decorator, ...],
 ) -> None:
-    """Consume a topic's new messages into a Delta table with a Spark stream, exactly once."""
-    common = (lake, master, log_level)
-    _consume(ctx, common, stream_consume.run, stream_consume.StreamOptions, fields)
+    """Add a consumer command to ``run``: the job's run and options type, the options
+    naming what it reads (``source``), the shared ones, then its own (``extra``)."""
+    run_job, options_type = job
+
+    def consume(
+        ctx: click.Context, /, lake: str | None, master: str | None, log_level: str, **fields: Any
+    ) -> None:
+        if (fields["sql"] is None) == (fields["transform"] is None):
+            raise click.UsageError("give exactly one of --sql and --transform")
+        columns = tuple(c.strip() for c in fields["partition_by"].split(",") if c.strip())
+        options = options_type(**{**fields, "partition_by": columns})
+        _execute(ctx, lake, master, log_level, lambda c: run_job(c, options))
+
+    consume.__doc__ = summary
+    command: Callable[..., Any] = click.pass_context(consume)
+    options = (lake_option, master_option, log_option, *source, *_CONSUMER_OPTIONS, *extra)
+    for option in reversed(options):
+        command = option(command)
+    run.command(name)(command)
+
+
+_consumer(
+    "batch-consume",
+    "Consume a subscription's new messages into a Delta table, exactly once.",
+    (batch_consume.run, batch_consume.BatchOptions),
+    (click.option("--subscription", required=True, help="projects/P/subscriptions/S"),),
+    (click.option("--max-messages", type=click.IntRange(1), default=None),),
+)
+_consumer(
+    "stream-consume",
+    "Consume a topic's new messages into a Delta table with a Spark stream, exactly once.",
+    (stream_consume.run, stream_consume.StreamOptions),
+    (
+        click.option("--topic", required=True, help="projects/P/topics/T"),
+        click.option(
+            "--checkpoint", required=True, help="This consumer's checkpoint (path or s3:// URI)."
+        ),
+    ),
+    (
+        click.option("--filter", default="", help='Pub/Sub filter: attributes.k = "v"'),
+        click.option(
+            "--starting-offset",
+            type=click.IntRange(0),
+            default=None,
+            help="A new checkpoint's first offset [default: the oldest message].",
+        ),
+        click.option("--max-files-per-trigger", type=click.IntRange(1), default=None),
+    ),
+)
 
 
 def main_for(job: str) -> None:
