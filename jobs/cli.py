@@ -37,7 +37,7 @@ from lakepubsub.scheduler import default_progress
 
 __all__ = ["jobs", "main_for", "run", "sql"]
 
-MIB = 1024 * 1024
+MIB = compact.MIB  # the options give sizes in MiB
 
 
 def _execute(
@@ -77,12 +77,22 @@ def run() -> None:
 @lake_option
 @master_option
 @log_option
-@click.option("--messages-target-mb", type=click.IntRange(1), default=128, show_default=True)
-@click.option("--leases-target-mb", type=click.IntRange(1), default=32, show_default=True)
+@click.option(
+    "--messages-target-mb",
+    type=click.IntRange(1),
+    default=compact.MESSAGES_TARGET_BYTES // MIB,
+    show_default=True,
+)
+@click.option(
+    "--leases-target-mb",
+    type=click.IntRange(1),
+    default=compact.LEASES_TARGET_BYTES // MIB,
+    show_default=True,
+)
 @click.option(
     "--min-small-files",
     type=click.IntRange(2),
-    default=8,
+    default=compact.MIN_SMALL_FILES,
     show_default=True,
     help="Compact a table once it has this many files below its target size.",
 )
@@ -90,11 +100,13 @@ def run() -> None:
 @click.option(
     "--vacuum-retention-hours",
     type=click.IntRange(0),
-    default=168,
+    default=compact.VACUUM_RETENTION_HOURS,
     show_default=True,
     help="Delete files removed longer ago than this; keep it above the longest reader.",
 )
-@click.option("--parallelism", type=click.IntRange(1), default=2, show_default=True)
+@click.option(
+    "--parallelism", type=click.IntRange(1), default=compact.DEFAULT_PARALLELISM, show_default=True
+)
 @click.pass_context
 def compact_command(
     ctx: click.Context,
@@ -150,7 +162,7 @@ def truncate_command(
 @click.option(
     "--orphan-age-s",
     type=click.FloatRange(0),
-    default=3600.0,
+    default=gc.ORPHAN_AGE_S,
     show_default=True,
     help="Remove an uncatalogued table directory once untouched this long.",
 )
