@@ -42,6 +42,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
+from deltalake import DeltaTable
+
 from jobs.common import FileStats, JobContext, Stopwatch
 from lakepubsub import errors
 from lakepubsub.publish.messages_table import MessagesTable
@@ -180,16 +182,16 @@ def run(ctx: JobContext, options: BatchOptions, transform: Transform | None = No
 def _messages_frame(
     ctx: JobContext, messages: MessagesTable, start: int, end: int, filter_text: str
 ) -> DataFrame:
-    from pyspark.sql import functions as sf
+    from pyspark.sql import functions as sf  # noqa: PLC0415 — PySpark loads when the job runs, not when the CLI imports this
 
-    from lakepubsub.spark import read_table
+    from lakepubsub.spark import read_table  # noqa: PLC0415 — likewise
 
     frame = read_table(
         ctx.spark, messages.uri, version=messages.version, storage_options=ctx.lake.storage_options
     ).where((sf.col("offset") >= start) & (sf.col("offset") < end))
     if not filter_text:
         return frame
-    from lakepubsub.spark.streams import filter_column
+    from lakepubsub.spark.streams import filter_column  # noqa: PLC0415 — likewise
 
     return frame.where(filter_column(filter_text))
 
@@ -202,8 +204,6 @@ def _target_storage(ctx: JobContext, target: str) -> dict[str, str] | None:
 
 
 def _recorded_version(target: str, storage: dict[str, str] | None, app: str) -> int | None:
-    from deltalake import DeltaTable
-
     if not DeltaTable.is_deltatable(target, storage_options=storage):
         return None
     version = DeltaTable(target, storage_options=storage).transaction_version(app)
@@ -211,8 +211,6 @@ def _recorded_version(target: str, storage: dict[str, str] | None, app: str) -> 
 
 
 def _rows(target: str, storage: dict[str, str] | None) -> int:
-    from deltalake import DeltaTable
-
     if not DeltaTable.is_deltatable(target, storage_options=storage):
         return 0
     return FileStats.of(DeltaTable(target, storage_options=storage)).rows

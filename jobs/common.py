@@ -13,7 +13,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import urlparse
 
 import pyarrow as pa
@@ -23,14 +23,13 @@ from deltalake import DeltaTable
 
 from lakepubsub import errors
 from lakepubsub._lake import Lake, storage_errors
+from lakepubsub.engine import Engine
 from lakepubsub.retry import optimistic
 from lakepubsub.scheduler import NullProgress, Progress
 from lakepubsub.settings import Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-    from lakepubsub.engine import Engine
 
 log = logging.getLogger("lakepubsub.jobs")
 T = TypeVar("T")
@@ -49,6 +48,20 @@ _WHICH_LAKE = (
     " (give the lake's root with --lake or LAKEPUBSUB_LAKE; `lakepubsub serve` or "
     "`lakepubsub --direct` makes a new one)"
 )
+
+
+class _Result(Protocol):
+    status: str
+
+
+R = TypeVar("R", bound=_Result)
+# The status of a table or topic a job could not finish ("error: ...").
+ERROR_STATUS = "error"
+
+
+def errored(results: list[R]) -> list[R]:
+    """The results of a run (one per table or topic) that ended in an error."""
+    return [r for r in results if r.status.startswith(ERROR_STATUS)]
 
 
 def require_lake(settings: Settings) -> None:
@@ -103,8 +116,6 @@ class JobContext:
     @property
     def engine(self) -> Engine:
         if self._engine is None:
-            from lakepubsub.engine import Engine
-
             self._engine = Engine(self.settings)
         return self._engine
 
@@ -144,10 +155,10 @@ def spark_session(
 ) -> SparkSession:
     """The running session, spark-submit's, or a new local one on ``master``
     (``conf``: settings for a new session)."""
-    from pyspark.sql import SparkSession
+    from pyspark.sql import SparkSession  # noqa: PLC0415 — PySpark loads when the job runs, not when the CLI imports this
 
-    from lakepubsub.spark import local_session, register_source
-    from lakepubsub.spark.session import SESSION_CONF
+    from lakepubsub.spark import local_session, register_source  # noqa: PLC0415 — likewise
+    from lakepubsub.spark.session import SESSION_CONF  # noqa: PLC0415 — likewise
 
     active = SparkSession.getActiveSession()
     if active is not None:

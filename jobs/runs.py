@@ -1,11 +1,11 @@
 """Each maintenance job's last run, kept in the lake for operators (the console's lake page).
 
 A run of ``compact``, ``truncate`` or ``gc`` ends by replacing one JSON object,
-``{root}/jobs/{job}.json``: when it finished, how long it took, its summary and
-its whole report (what ``lakepubsub jobs run`` prints: for truncation, each
-topic's oldest kept offset and why it is kept). Only the last run is kept; a
-run that crashed writes nothing, and its log says why. Nothing reads it to
-decide anything.
+``Lake.job_run_uri(job)`` (``{root}/jobs/{job}.json``): when it finished, how long
+it took, its summary and its whole report (what ``lakepubsub jobs run`` prints:
+for truncation, each topic's oldest kept offset and why it is kept). Only the
+last run is kept; a run that crashed writes nothing, and its log says why.
+Nothing reads it to decide anything.
 """
 
 from __future__ import annotations
@@ -22,9 +22,6 @@ from lakepubsub._lake import storage_errors
 
 log = logging.getLogger("lakepubsub.jobs")
 
-# Under the lake root; the console reads the same place (api/console/tables.py).
-DIRECTORY = "jobs"
-
 
 class Report(Protocol):
     job: str
@@ -37,7 +34,7 @@ def record(ctx: JobContext, report: Report) -> None:
     """Keep ``report`` as the job's last run; a failure to keep it is logged, not raised
     (the run's work is done either way)."""
     lake = ctx.lake
-    uri = lake.uri(DIRECTORY, f"{report.job}.json")
+    uri = lake.job_run_uri(report.job)
     body: dict[str, Any] = {
         "job": report.job,
         "finished_us": ctx.now_us(),

@@ -40,6 +40,8 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from deltalake import DeltaTable
+
 from jobs.batch_consume import VIEW, Transform, load_transform
 from jobs.common import FileStats, JobContext, Stopwatch
 from lakepubsub import errors
@@ -100,10 +102,10 @@ def run(
     ctx: JobContext, options: StreamOptions, transform: Transform | None = None
 ) -> StreamReport:
     """Consume everything new since the checkpoint's last run, in micro-batches, exactly once."""
-    from pyspark.errors import StreamingQueryException
+    from pyspark.errors import StreamingQueryException  # noqa: PLC0415 — PySpark loads when the job runs, not when the CLI imports this
 
-    from lakepubsub.spark.streams import topic_stream
-    from lakepubsub.spark.tables import configure_storage, spark_path
+    from lakepubsub.spark.streams import topic_stream  # noqa: PLC0415 — likewise
+    from lakepubsub.spark.tables import configure_storage, spark_path  # noqa: PLC0415 — likewise
 
     if sum(x is not None for x in (options.sql, options.transform, transform)) != 1:
         raise errors.InvalidArgument("give exactly one of a SQL statement or a transform")
@@ -189,8 +191,6 @@ def run(
 
 
 def _rows(target: str, storage: dict[str, str] | None) -> int:
-    from deltalake import DeltaTable
-
     options = storage if target.startswith("s3") else None
     if not DeltaTable.is_deltatable(target, storage_options=options):
         return 0

@@ -36,7 +36,7 @@ import pyarrow as pa
 from deltalake import write_deltalake
 
 from jobs import runs
-from jobs.common import JobContext, Stopwatch, offset_range, retrying
+from jobs.common import JobContext, Stopwatch, errored, offset_range, retrying
 from lakepubsub import constants, errors
 from lakepubsub._lake import storage_errors, table_schemas
 from lakepubsub.delivery.leases import LeaseState
@@ -105,7 +105,7 @@ class TruncateReport:
 
     @property
     def failed(self) -> list[TopicCleanup]:
-        return [t for t in self.topics if t.status.startswith("error")]
+        return errored(self.topics)
 
     def summary(self) -> dict[str, int]:
         return {
@@ -212,9 +212,9 @@ def measure(
     states: dict[str, LeaseState],
 ) -> dict[str, Backlog]:
     """Each subscription's backlog and what its policy drops, computed by Spark."""
-    from pyspark.sql import functions as sf
+    from pyspark.sql import functions as sf  # noqa: PLC0415 — PySpark loads when the job runs, not when the CLI imports this
 
-    from lakepubsub.spark import read_table
+    from lakepubsub.spark import read_table  # noqa: PLC0415 — likewise
 
     spark = ctx.spark
     now_us = ctx.now_us()
@@ -262,8 +262,8 @@ def _policy_row(
 
 def _dropped(backlog: DataFrame) -> DataFrame:
     """Per subscription: backlog totals and the messages its policy drops."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as f
+    from pyspark.sql import Window  # noqa: PLC0415 — PySpark loads when the job runs, not when the CLI imports this
+    from pyspark.sql import functions as f  # noqa: PLC0415 — likewise
 
     # From the newest message back: the bytes from each message on, and whether
     # it or any newer message is past the age limit.

@@ -26,7 +26,7 @@ import pyarrow as pa
 from lakepubsub import constants, errors
 from lakepubsub._lake import Lake, settle_checkpoints
 from lakepubsub.delivery import lease_admin, leases
-from lakepubsub.delivery.ackids import parse_all
+from lakepubsub.delivery.ackids import split_malformed, with_failures
 from lakepubsub.delivery.context import DeliveryContext
 from lakepubsub.delivery.deliveries import Deliveries
 from lakepubsub.messages import PublishMessage, Pull, ReceivedMessage, TruncationEvent
@@ -351,7 +351,7 @@ class Engine(Rooms):
         Without exactly-once, acks are idempotent and best effort: an ack for a
         lease that expired still removes the message if it was not acked yet.
         """
-        return self.deliveries.changes(name, ack_ids, parse_all(ack_ids), None)
+        return self._changes(name, ack_ids, None)
 
     def acknowledge(self, name: SubscriptionName, ack_ids: list[str]) -> dict[str, str]:
         return self.acknowledge_future(name, ack_ids).result()
@@ -370,7 +370,15 @@ class Engine(Rooms):
             raise errors.InvalidArgument(
                 f"ackDeadlineSeconds must be between 0 and {constants.MAX_ACK_DEADLINE_S}"
             )
-        return self.deliveries.changes(name, ack_ids, parse_all(ack_ids), deadline_s)
+        return self._changes(name, ack_ids, deadline_s)
+
+    def _changes(
+        self, name: SubscriptionName, ack_ids: list[str], deadline_s: int | None
+    ) -> Future[dict[str, str]]:
+        """Acks or deadline changes; a malformed id fails alone (``split_malformed``)."""
+        ids, parsed, malformed = split_malformed(ack_ids)
+        future = self.deliveries.changes(name, ids, parsed, deadline_s) if ids else None
+        return with_failures(future, malformed)
 
     def modify_ack_deadline(
         self, name: SubscriptionName, ack_ids: list[str], deadline_s: int

@@ -25,7 +25,7 @@ from lakepubsub import (
     TopicName,
     metrics,
 )
-from lakepubsub.delivery.leases import INVALID_ACK_ID
+from lakepubsub.delivery.ackids import INVALID_ACK_ID
 from lakepubsub.messages import Pull
 from lakepubsub.peering.membership import Member
 from lakepubsub.peering.peers import Peering

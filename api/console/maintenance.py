@@ -24,8 +24,7 @@ from lakepubsub._lake import Lake, TableLog, storage_errors
 
 # Commits of one table looked back through at most, when the console first sees it.
 LOOKBACK_COMMITS = 1000
-# Where jobs/runs.py keeps each job's last run, under the lake root, and the jobs.
-RUNS_DIRECTORY = "jobs"
+# The jobs whose last run jobs/runs.py keeps (at Lake.job_run_uri).
 JOBS = ("compact", "truncate", "gc")
 _OPTIMIZE = "OPTIMIZE"
 _DELETE = "DELETE"
@@ -153,7 +152,7 @@ def read_runs(lake: Lake) -> dict[str, dict[str, Any]]:
     """Each job's last run as ``jobs/runs.py`` recorded it (a job that never ran: absent)."""
     found = {}
     for job in JOBS:
-        uri = lake.uri(RUNS_DIRECTORY, f"{job}.json")
+        uri = lake.job_run_uri(job)
         with storage_errors(uri):
             body = lake.objects.read(uri)
         if body is None:

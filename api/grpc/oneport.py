@@ -169,10 +169,11 @@ class Relay(asyncio.Protocol):
         self.upstream = upstream
         self.local_port = upstream.get_extra_info("sockname")[1]
         peer = self.client.get_extra_info("peername")
-        if isinstance(peer, tuple) and len(peer) >= 2:
-            self.door.peers[self.local_port] = (str(peer[0]), int(peer[1]))
-        else:  # a unix socket: a local client
-            self.door.peers[self.local_port] = ("127.0.0.1", 0)
+        match peer:
+            case (host, port, *_):  # (host, port), and for IPv6 flow info and scope
+                self.door.peers[self.local_port] = (str(host), int(port))
+            case _:  # a unix socket: a local client
+                self.door.peers[self.local_port] = ("127.0.0.1", 0)
         for data in self.pending:
             upstream.write(data)
         self.pending.clear()

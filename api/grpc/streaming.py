@@ -40,8 +40,6 @@ from api.grpc.door import GRPC_REQUESTS, Call, GrpcDoor, abort, failure_of, pars
 from api.grpc.wire import add_received, subscription_name
 from api.rest.subscriptions import start_pull
 from lakepubsub import Engine, SubscriptionName, constants, errors
-from lakepubsub.delivery.ackids import AckId
-from lakepubsub.delivery.leases import INVALID_ACK_ID
 from lakepubsub.messages import ReceivedMessage
 
 log = logging.getLogger(__name__)
@@ -270,25 +268,15 @@ class Stream:
 
     async def _settle(self, ack_ids: list[str], seconds: int | None) -> None:
         streams = self.door.streams
-        valid, invalid = [], []
-        for ack_id in ack_ids:
-            try:
-                AckId.parse(ack_id)
-                valid.append(ack_id)
-            except errors.InvalidArgument:
-                invalid.append(ack_id)
-        failures: dict[str, str] = dict.fromkeys(invalid, INVALID_ACK_ID)
+        # A malformed id fails alone, as on every door (ackids.split_malformed).
         engine = self.door.engine
-        future = None
-        if valid:
-            if seconds is None:
-                future = engine.acknowledge_future(self.name, valid)
-            else:
-                future = engine.modify_ack_deadline_future(self.name, valid, seconds)
+        if seconds is None:
+            future = engine.acknowledge_future(self.name, ack_ids)
+        else:
+            future = engine.modify_ack_deadline_future(self.name, ack_ids, seconds)
         if seconds is None:  # the room frees now: the next pull can join the ack's commit
             streams.settled(ack_ids)
-        if future is not None:
-            failures.update(await asyncio.wrap_future(future))
+        failures = await asyncio.wrap_future(future)
         if seconds is not None:
             streams.extended(ack_ids, seconds, failures)
         if self.exactly_once:

@@ -42,7 +42,7 @@ GROUP BY 1, 2, 3
 
 def transform(messages: DataFrame) -> DataFrame:
     """``SQL`` with the DataFrame API: counts and bytes per hour and attribute key/value."""
-    from pyspark.sql import functions as sf
+    from pyspark.sql import functions as sf  # noqa: PLC0415 — printing SQL needs no PySpark
 
     return (
         messages.select(

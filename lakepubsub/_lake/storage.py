@@ -160,6 +160,11 @@ class Lake:
     def snapshot_uri(self, snapshot_uid: str) -> str:
         return self.uri("snapshots", snapshot_uid, "leases")
 
+    def job_run_uri(self, job: str) -> str:
+        """The JSON object that keeps a maintenance job's last run (``jobs/runs.py``;
+        the console's lake page reads it)."""
+        return self.uri("jobs", f"{job}.json")
+
     # -- tables --------------------------------------------------------------------
 
     def open(self, uri: str, *, version: int | None = None) -> DeltaTable:

@@ -30,8 +30,6 @@ LEASED = 0  # out for delivery until deadline_us
 WAITING = 1  # (re)deliverable from deadline_us on: nacked, or backing off
 HELD = 2  # behind an earlier outstanding message of its ordering key
 
-# Per-ack-id failure reasons, as Pub/Sub's exactly-once ErrorInfo metadata.
-INVALID_ACK_ID = "PERMANENT_FAILURE_INVALID_ACK_ID"
 # The deadline of a change that gives back deliveries no client received (their
 # stream or long poll ended before they were written): ``Planner.release``.
 RELEASE = -1

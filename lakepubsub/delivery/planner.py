@@ -11,10 +11,9 @@ from typing import NamedTuple
 
 from lakepubsub import constants
 from lakepubsub._lake import table_schemas
-from lakepubsub.delivery.ackids import AckId
+from lakepubsub.delivery.ackids import INVALID_ACK_ID, AckId
 from lakepubsub.delivery.leases import (
     HELD,
-    INVALID_ACK_ID,
     LEASE_SLACK_US,
     LEASED,
     WAITING,

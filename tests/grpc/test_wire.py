@@ -361,3 +361,58 @@ def test_shutdown_ends_streams_with_unavailable(wire: Wire, names: Names, emulat
     # uvicorn re-raises the SIGTERM once it has shut down cleanly.
     assert emulator.process.wait(timeout=30) in (0, -15)
     assert "Traceback" not in emulator.log()
+
+
+@pytest.mark.parametrize("exactly_once", [False, True])
+def test_a_malformed_ack_id_gets_one_answer_on_both_doors(
+    emulator: Serve, wire: Wire, names: Names, exactly_once: bool
+) -> None:
+    """A malformed ack id is an invalid ack id (ackids.split_malformed): the request's
+    other ids take effect, and the answer is INVALID_ARGUMENT whose ErrorInfo names it
+    PERMANENT_FAILURE_INVALID_ACK_ID, on REST and on gRPC, for acks and deadline changes;
+    on a stream with exactly-once it is among the confirmation's invalid_ack_ids."""
+    topic, sub = make(wire, names, enable_exactly_once_delivery=exactly_once)
+    publish(wire, topic, 3)
+    pull = ps.PullRequest.pb()(subscription=sub, max_messages=3)
+    got: list[Any] = []
+    while len(got) < 3:
+        got += wire.call(SUB + "Pull", pull, ps.PullResponse.pb()).received_messages
+    bad = "not-an-ack-id"
+    path = f"/v1/{sub}"
+    with rest(emulator) as http:
+        for verb, extra in (("modifyAckDeadline", {"ackDeadlineSeconds": 30}), ("acknowledge", {})):
+            body = {"ackIds": [got[0].ack_id, bad], **extra}
+            answer = http.post(f"{path}:{verb}", json=body)
+            assert answer.status_code == 400, answer.text
+            error = answer.json()["error"]
+            assert error["status"] == "INVALID_ARGUMENT"
+            assert error["details"][0]["metadata"] == {bad: "PERMANENT_FAILURE_INVALID_ACK_ID"}
+        # The well-formed id took effect: with exactly-once, a second ack of it fails.
+        again = http.post(f"{path}:acknowledge", json={"ackIds": [got[0].ack_id]})
+        assert again.status_code == (400 if exactly_once else 200), again.text
+    for method, request in (
+        ("ModifyAckDeadline", ps.ModifyAckDeadlineRequest.pb()(
+            subscription=sub, ack_ids=[got[1].ack_id, bad], ack_deadline_seconds=30)),
+        ("Acknowledge", ps.AcknowledgeRequest.pb()(subscription=sub, ack_ids=[got[1].ack_id, bad])),
+    ):  # fmt: skip
+        with pytest.raises(grpc.RpcError) as failure:
+            wire.call(SUB + method, request, ps.PullResponse.pb())
+        assert failure.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        trailers = dict(failure.value.trailing_metadata() or ())
+        status = status_pb2.Status.FromString(trailers["grpc-status-details-bin"])
+        info = error_details_pb2.ErrorInfo()
+        assert status.details[0].Unpack(info)
+        assert dict(info.metadata) == {bad: "PERMANENT_FAILURE_INVALID_ACK_ID"}
+    # On a stream the malformed id fails alone and the stream goes on.
+    stream = wire.stream(first_request(sub))
+    try:
+        stream.send(StreamingPullRequest(ack_ids=[bad, got[2].ack_id]))
+        if exactly_once:
+            confirmation = stream.next().acknowledge_confirmation
+            assert list(confirmation.invalid_ack_ids) == [bad]
+            assert list(confirmation.ack_ids) == [got[2].ack_id]
+        publish(wire, topic, 1)
+        (fresh,) = stream.messages(1)
+        assert fresh.message.data.startswith(b"0")
+    finally:
+        stream.close()

@@ -19,8 +19,8 @@ from support import LakeSpec
 
 from jobs import stream_consume
 from jobs.cli import jobs as jobs_group
-from jobs.cli import scheduled_tasks
 from jobs.examples import hourly_counts
+from jobs.schedule import scheduled_tasks
 from lakepubsub import Engine
 from lakepubsub.messages import PublishMessage
 from lakepubsub.publish.messages_table import MessagesTable

@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from support import LakeSpec, free_port
 
 from jobs import compact, truncate
-from jobs.cli import sql
+from jobs.sql import sql
 from lakepubsub import Engine, errors
 from lakepubsub._lake.checkpointer import settle_checkpoints
 from lakepubsub.messages import PublishMessage
