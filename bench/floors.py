@@ -415,8 +415,7 @@ def write_report(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = report.parser(__doc__ or "", quick="tiny sizes, one run (CI)")
-    parser.add_argument("--runs", type=int, default=None, help="runs of every case")
+    parser = report.parser(__doc__ or "", quick="tiny sizes, one run (CI)", runs=True)
     parser.add_argument("--serve-grpc", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_grpc is not None:

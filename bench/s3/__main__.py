@@ -265,41 +265,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = out.parser(__doc__ or "")
     parser.add_argument("--profile", choices=sorted(PROFILES), default="zero")
     parser.add_argument("--cases", default="idle,load,flush", help="idle, load, flush")
-    parser.add_argument(
-        "--flush-windows",
-        default="25,100,250,1000",
-        help="LAKEPUBSUB_FLUSH_MS values the flush case runs the batched case with",
-    )
+    parser.add_argument("--flush-windows", default="25,100,250,1000", help="flush case's flush ms")
     parser.add_argument("--intake", action="store_true", help="every case with LAKEPUBSUB_INTAKE=1")
-    parser.add_argument(
-        "--topics", type=int, default=0, help="topics of the many-topics case (default 20)"
-    )
-    parser.add_argument(
-        "--rate-each",
-        type=float,
-        default=0.0,
-        help="msgs/s per topic of the many-topics case (default 10)",
-    )
-    parser.add_argument(
-        "--rate", type=float, default=0.0, help="msgs/s of the batched case (300 quick, 3000)"
-    )
-    parser.add_argument(
-        "--seconds", type=float, default=0.0, help="seconds of each load case (20 quick, 60)"
-    )
-    parser.add_argument(
-        "--intake-bucket",
-        default=None,
-        metavar="NAME--ZONE--x-s3",
-        help="keep the intake in this second bucket (LAKEPUBSUB_INTAKE_LAKE): a directory "
-        "bucket's name is answered at Express latency by the proxy",
-    )
-    parser.add_argument(
-        "--env",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a setting for the server of every case (repeatable)",
-    )
+    parser.add_argument("--topics", type=int, default=0, help="of the many-topics case (20)")
+    parser.add_argument("--rate-each", type=float, default=0.0, help="msgs/s a topic of it (10)")
+    parser.add_argument("--rate", type=float, default=0.0, help="msgs/s, batched (3000; quick 300)")
+    parser.add_argument("--seconds", type=float, default=0.0, help="each load case (60; quick 20)")
+    parser.add_argument("--intake-bucket", help="the intake's own bucket (LAKEPUBSUB_INTAKE_LAKE)")
+    parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for every server")
     args = parser.parse_args(argv)
     cases = set(args.cases.split(","))
     base_env = dict(item.split("=", 1) for item in args.env)
