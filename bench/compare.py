@@ -71,7 +71,6 @@ _SIDE_BY_SIDE = (
 # The gRPC cases' phase (both systems) in the report's timing line.
 GRPC_PHASE = "grpc"
 _PHASES = {**LABELS, GRPC_PHASE: "gRPC cases"}
-_MILLION = 1_000_000
 # The pull + ack target is set for this many consumers (bench/README.md).
 _TARGET_PULL_CONSUMERS = 4
 
@@ -285,7 +284,7 @@ def targets(workload: w.Workload) -> list[Target]:
         Target(
             f"Delta commits per delivered message, {case}",
             case, lps.DELTA_COMMITS_PER_MILLION, "commits/msg", 0.01, at_least=False,
-            divisor=_MILLION,
+            divisor=w.MILLION,
         )
         for case in (pull, *(d.name for d in workload.drain))
     ]  # fmt: skip

@@ -62,7 +62,6 @@ FILTER_COST_RATIO = "filter_cost_ratio"
 EXACTLY_ONCE_CPU_RATIO = "exactly_once_cpu_ratio"
 FILTER_CPU_RATIO = "filter_cpu_ratio"
 
-_MILLION = 1_000_000
 _QUICK_NOTE = (
     "- `--quick`: a tiny backlog, for CI; the figures show that the harness works and "
     "say nothing about speed.",
@@ -190,7 +189,7 @@ def run_case(server: LakePubSubServer, case: Case, backlog: int) -> list[w.Resul
         result(DELIVERED, delivered),
         result(DRAIN_S, span_s),
         result(THROUGHPUT, delivered / span_s),
-        result(SERVER_CPU_PER_MILLION, usage.cpu_s * _MILLION / delivered),
+        result(SERVER_CPU_PER_MILLION, usage.cpu_s * w.MILLION / delivered),
         result(COMMITS_PER_MESSAGE, (after.commits - before.commits) / delivered),
     ]
 

@@ -24,9 +24,10 @@ import httpx
 import orjson
 
 from bench import report as out
-from bench.harness.lakepubsub_server import PROJECT, REPO, REQUEST_TIMEOUT_S, LakePubSubServer
+from bench.harness.lakepubsub_server import REPO, LakePubSubServer
 from bench.harness.meter import ProcessMeter
 from bench.s3.prices import PROFILES, usd
+from lakepubsub.constants import DEFAULT_ACK_DEADLINE_S
 
 IDLE_RESOURCES = 20
 WARMUP_S = 15.0
@@ -55,18 +56,12 @@ class IdleResult:
         return usd(self.kinds, tier) * 60 / self.seconds * MINUTES_PER_MONTH
 
 
-def _create(server: LakePubSubServer, count: int, prefix: str = "idle") -> list[str]:
-    """``count`` topics and one subscription to each; the subscriptions' names
-    (each topic's name is its subscription's with ``topics``)."""
-    base = f"{server.url}/v1/projects/{PROJECT}"
-    subscriptions = []
-    with httpx.Client(timeout=REQUEST_TIMEOUT_S) as client:
-        for i in range(count):
-            client.put(f"{base}/topics/{prefix}-{i}").raise_for_status()
-            body = {"topic": f"projects/{PROJECT}/topics/{prefix}-{i}"}
-            client.put(f"{base}/subscriptions/{prefix}-{i}", json=body).raise_for_status()
-            subscriptions.append(f"projects/{PROJECT}/subscriptions/{prefix}-{i}")
-    return subscriptions
+def _create(server: LakePubSubServer, count: int) -> tuple[list[str], list[str]]:
+    """``count`` topics and one subscription to each: their names."""
+    topics = [server.create_topic() for _ in range(count)]
+    return topics, [
+        server.create_subscription(t, ack_deadline_s=DEFAULT_ACK_DEADLINE_S) for t in topics
+    ]
 
 
 @dataclass
@@ -130,7 +125,7 @@ def load(
         s3=True, serve=True, proxy=profile, env=env, intake_bucket=intake_bucket
     ) as server:
         assert server.proxy is not None and server.moto is not None
-        names = _create(server, topics, "load")
+        topic_names, names = _create(server, topics)
         total = int(rate * seconds)
         host = server.emulator_host
         module = [sys.executable, "-m", "bench.s3.load"]
@@ -144,13 +139,12 @@ def load(
         time.sleep(LOAD_SETTLE_S)
         server.proxy.reset()
         before = _commits(server)
-        topic_names = ",".join(n.replace("/subscriptions/", "/topics/") for n in names)
         meters = [ProcessMeter(p) for p in (server.pid, server.moto.pid, server.proxy.pid)]
         started = time.monotonic()
         for meter in meters:
             meter.__enter__()
         publisher = subprocess.Popen(
-            [*module, "publish", host, "--topics", topic_names, "--rate", str(rate),
+            [*module, "publish", host, "--topics", ",".join(topic_names), "--rate", str(rate),
              "--seconds", str(seconds), *(["--single"] if single else [])],
             stdout=subprocess.PIPE, cwd=REPO,
         )  # fmt: skip
@@ -178,7 +172,7 @@ def idle(
 ) -> IdleResult:
     with LakePubSubServer(s3=True, serve=True, proxy=profile, env=env) as server:
         assert server.proxy is not None
-        names = _create(server, resources)
+        _, names = _create(server, resources)
         holder = None
         if streams:
             command = [sys.executable, "-m", "bench.s3.streams", server.emulator_host, *names]
