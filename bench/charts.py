@@ -26,6 +26,12 @@ def _pyplot() -> Any:
     return importlib.import_module("matplotlib.pyplot")
 
 
+def _cdf(ax: Any, samples: Sequence[float], **style: Any) -> None:
+    """The samples' cumulative distribution as a step line."""
+    ordered = sorted(samples)
+    ax.step(ordered, [(i + 1) / len(ordered) for i in range(len(ordered))], where="post", **style)
+
+
 def throughput_chart(results: Sequence[w.Result], path: Path) -> None:
     """Grouped horizontal bars: throughput per case and system, min-max whiskers."""
     plt = _pyplot()
@@ -64,10 +70,8 @@ def latency_chart(done: Run, path: Path) -> None:
     fig, (cdf, batches) = plt.subplots(1, 2, figsize=(13, 5.5))
     latency_case = done.workload.latency[0].name
     for system, label in LABELS.items():
-        samples = sorted(done.latency_samples.get(system, []))
-        if samples:
-            fractions = [(i + 1) / len(samples) for i in range(len(samples))]
-            cdf.step(samples, fractions, where="post", label=label, color=COLORS[system])
+        if samples := done.latency_samples.get(system):
+            _cdf(cdf, samples, label=label, color=COLORS[system])
             continue
         # A system that reports only percentiles shows them as points.
         points = [
@@ -85,14 +89,10 @@ def latency_chart(done: Run, path: Path) -> None:
             cdf.plot(xs, ys, "o", label=f"{label} (p50, p99, max only)", color=COLORS[system])
     for system, samples in done.grpc_latency_samples.items():
         # The gRPC latency case (Go clients on both sides), dashed.
-        ordered = sorted(samples)
-        fractions = [(i + 1) / len(ordered) for i in range(len(ordered))]
         rate = done.grpc_workload.latency_rate_per_s if done.grpc_workload else 0
         over = " over gRPC" if system == LPS else ""
         label = f"{LABELS[system]}, Go client{over} ({rate:,} msgs/s)"
-        cdf.step(
-            ordered, fractions, where="post", linestyle="--", label=label, color=COLORS[system]
-        )
+        _cdf(cdf, samples, linestyle="--", label=label, color=COLORS[system])
     cdf.set_xscale("log")
     cdf.set_xlabel("publish → receive latency, ms (log scale)")
     cdf.set_ylabel("fraction of messages")

@@ -1,11 +1,9 @@
 """The side-by-side benchmark: lakepubsub over REST and gRPC and NATS JetStream, one run.
 
-NATS JetStream (``bench/peer_nats.py``), then lakepubsub on a local lake
-(``bench/peer_lakepubsub.py``), with ``--s3`` on moto S3 at ``S3_FRACTION`` of the
-message counts, then the gRPC cases (``bench/grpc_bench.py``). Writes ``report.md`` and
-its charts (``bench/charts.py``); a full run into ``bench/results/`` also puts its
-tables into bench/README.md, which says what every case and figure is. ``--quick`` caps
-every publish client at ``QUICK_ROUND_TRIPS`` requests and checks the harness only.
+NATS JetStream, lakepubsub on a local lake (with ``--s3`` also on moto S3 at
+``S3_FRACTION`` of the message counts), then the gRPC cases. Writes ``report.md`` and
+its charts; a full run into ``bench/results/`` also puts its tables into
+bench/README.md, which says what every case and figure is.
 """
 
 from __future__ import annotations
@@ -73,7 +71,6 @@ _SIDE_BY_SIDE = (
 # The gRPC cases' phase (both systems) in the report's timing line.
 GRPC_PHASE = "grpc"
 _PHASES = {**LABELS, GRPC_PHASE: "gRPC cases"}
-_MILLION = 1_000_000
 # The pull + ack target is set for this many consumers (bench/README.md).
 _TARGET_PULL_CONSUMERS = 4
 
@@ -152,11 +149,7 @@ def run(
     rest: bool = True,
     checkpoint: Callable[[Run], None] | None = None,
 ) -> Run:
-    """NATS JetStream, then lakepubsub on a local lake, then optionally on moto S3, then
-    the gRPC cases (``grpc_workload``; both systems, case by case).
-
-    Without ``fresh_server`` one lakepubsub server serves all its runs (CI).
-    Without ``rest`` only the gRPC cases run. A phase that fails is recorded in
+    """The phases in the module's order. A phase that fails is recorded in
     ``Run.failures`` and the next one still runs; ``checkpoint`` gets the run so
     far after every phase and every gRPC case.
     """
@@ -263,10 +256,6 @@ class Target:
     # The figure is compared divided by this (commits per 1M messages -> per message).
     divisor: float = 1.0
 
-    def met(self, result: w.Result) -> bool:
-        value = result.median / self.divisor
-        return value >= self.bound if self.at_least else value <= self.bound
-
 
 def targets(workload: w.Workload) -> list[Target]:
     """The targets (bench/README.md) for the REST API, as figures of this workload's cases."""
@@ -295,7 +284,7 @@ def targets(workload: w.Workload) -> list[Target]:
         Target(
             f"Delta commits per delivered message, {case}",
             case, lps.DELTA_COMMITS_PER_MILLION, "commits/msg", 0.01, at_least=False,
-            divisor=_MILLION,
+            divisor=w.MILLION,
         )
         for case in (pull, *(d.name for d in workload.drain))
     ]  # fmt: skip
@@ -313,8 +302,7 @@ def targets_table(results: Sequence[w.Result], workload: w.Workload) -> str:
     for t in targets(workload):
         if (result := ours.get((t.case, t.metric))) is None:
             continue
-        met = "yes" if t.met(result) else "**no**"
-        bound = f"{'≥' if t.at_least else '≤'} {t.bound:,g}"
+        bound, met = report_.target(result.median / t.divisor, t.bound, at_least=t.at_least)
         lines.append(
             f"| {t.label} | {t.unit} | {cell(result, t.divisor)} | {bound} | {met} "
             f"| {cell(peer.get((t.case, t.metric)), t.divisor)} |"
@@ -558,13 +546,9 @@ def report(done: Run, *, command: str, charts: tuple[str | None, str | None]) ->
         sections += [
             "## gRPC: Google's Go client vs the NATS Go client",
             "",
-            "lakepubsub through Google's unmodified Pub/Sub Go client over gRPC "
-            "(`lakepubsub serve`, one process), NATS JetStream through the official NATS Go "
-            "client; both driven by `bench/loadgen`, so neither client is the slow part "
-            "(`bench/grpc_bench.py` says how each case maps onto each system). The drain "
-            "receives through StreamingPull on one side and a push consumer on the other. "
-            "`lakepubsub REST` is the closest REST case of the same run (Python clients), "
-            "where it ran.",
+            "Both driven by `bench/loadgen`; how each case maps onto each system: "
+            'bench/README.md, "gRPC cases". `lakepubsub REST` is the closest REST case of '
+            "the same run (Python clients), where it ran.",
             "",
             grpc_table(done.results, done.failures, done.workload, done.grpc_workload),
             "",
@@ -601,18 +585,7 @@ def report(done: Run, *, command: str, charts: tuple[str | None, str | None]) ->
             w.markdown_table(r for r in done.results if r.system == lps.SYSTEM_S3),
             "",
         ]
-    sections += [
-        "## Reproduce",
-        "",
-        "```",
-        "make install",
-        "python -m bench            # this report: bench/results/report.md and *.png",
-        "python -m bench --s3       # also lakepubsub on a moto S3 server",
-        "python -m bench --quick    # CI: tiny sizes, one run, a few minutes",
-        "python -m bench --only grpc --runs 1   # just the gRPC cases and their NATS peers",
-        "```",
-        "",
-    ]
+    sections += ["## Reproduce", "", "`make install`, then bench/README.md's commands.", ""]
     return "\n".join(sections)
 
 
@@ -653,9 +626,8 @@ def _chart(draw: Callable[[Path], None], out: Path, name: str | None) -> str | N
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = report_.parser(__doc__ or "", quick="CI sizes, one run, a few minutes")
+    parser = report_.parser(__doc__ or "", quick="CI sizes, one run, a few minutes", runs=True)
     parser.add_argument("--s3", action="store_true", help="also run lakepubsub on moto S3")
-    parser.add_argument("--runs", type=int, default=None, help="runs of every case")
     parser.add_argument(
         "--only",
         choices=("rest", "grpc"),

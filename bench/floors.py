@@ -45,6 +45,7 @@ from bench.clients import run_clients, span_s
 from bench.harness import scratch
 from bench.harness.lakepubsub_server import BenchError
 from bench.harness.nats_server import NatsServer
+from bench.harness.ports import free_port
 from lakepubsub import Engine, PublishMessage, Topic, TopicName
 from lakepubsub._lake import table_schemas
 from lakepubsub.settings import Settings
@@ -131,9 +132,7 @@ def _process(command: list[str], port: Callable[[], int | None]) -> Iterator[tup
 
 @contextmanager
 def empty_rest_server() -> Iterator[tuple[int, int]]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        chosen = int(probe.getsockname()[1])
+    chosen = free_port()  # below the ephemeral range: no port-0 bind takes it meanwhile
 
     def listening() -> int | None:
         with socket.socket() as probe:
@@ -415,8 +414,7 @@ def write_report(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = report.parser(__doc__ or "", quick="tiny sizes, one run (CI)")
-    parser.add_argument("--runs", type=int, default=None, help="runs of every case")
+    parser = report.parser(__doc__ or "", quick="tiny sizes, one run (CI)", runs=True)
     parser.add_argument("--serve-grpc", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_grpc is not None:

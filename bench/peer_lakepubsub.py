@@ -58,8 +58,6 @@ REQUESTS_PER_MILLION = "requests/1M msgs"
 
 _JSON = {"content-type": "application/json"}
 _SENT_KEY = SENT_NS_ATTRIBUTE.encode()
-_NS_PER_MS = 1_000_000
-_MILLION = 1_000_000
 
 
 # --- client processes ---------------------------------------------------------
@@ -276,7 +274,7 @@ class _LatencyConsumeJob:
                             redelivered += 1
                             continue
                         sent_ns = int(item["message"]["attributes"][SENT_NS_ATTRIBUTE])
-                        latencies_ms.append((received_ns - sent_ns) / _NS_PER_MS)
+                        latencies_ms.append((received_ns - sent_ns) / w.NS_PER_MS)
                     if items:
                         acker.submit(_ack_body(items))
                         last_progress_s = time.monotonic()
@@ -367,7 +365,7 @@ class Side:
     ) -> list[w.Result]:
         """CPU and memory, Delta commits and conflicts, and on S3 requests, per million messages."""
         system, before, after = self.system, self._before, self._after
-        per_million = _MILLION / messages
+        per_million = w.MILLION / messages
         figure = partial(w.result, system, case)
         found = [
             *w.usage_figures(system, case, usage, client_cpu_s=client_cpu_s, messages=messages),

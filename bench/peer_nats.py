@@ -42,7 +42,6 @@ ACKS_SETTLE_TIMEOUT_S = 10.0
 # Backlogs are published by this many processes, in batches of this size.
 PREFILL_CLIENTS = 2
 PREFILL_BATCH = 1000
-_NS_PER_MS = 1_000_000
 
 
 # --- client processes ---------------------------------------------------------
@@ -153,7 +152,7 @@ class _LatencyConsumeJob:
                 received_ns = time.monotonic_ns()
                 for msg in msgs:
                     sent_ns = int((msg.headers or {})[SENT_NS_HEADER])
-                    latencies_ms.append((received_ns - sent_ns) / _NS_PER_MS)
+                    latencies_ms.append((received_ns - sent_ns) / w.NS_PER_MS)
                     await msg.ack()
             await nc.flush()
             return clock.report(len(latencies_ms), latencies_ms=tuple(latencies_ms))

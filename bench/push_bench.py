@@ -47,8 +47,6 @@ SEED_BACKED_OFF_S = (30.0, 60.0)
 # The API key of the authenticated server, sent as ``Authorization: Bearer``.
 API_KEY = "push-bench-key"
 
-_NS_PER_S = 1_000_000_000
-_NS_PER_MS = 1_000_000
 _SENT = lps.SENT_NS_ATTRIBUTE
 # All-nack deliveries closer than this were sent together, not after a pause.
 BURST_GAP_S = 0.01
@@ -201,32 +199,14 @@ class Endpoint:
         return status
 
 
-# --- REST helpers -------------------------------------------------------------
+# --- helpers ----------------------------------------------------------------
 
 
-def _put(client: httpx.Client, path: str, body: dict[str, object]) -> None:
-    response = client.put(f"/v1/{path}", content=orjson.dumps(body))
-    if response.status_code != httpx.codes.OK:
-        raise BenchError(f"PUT {path}: HTTP {response.status_code}: {response.text[:1000]}")
-
-
-def _topic(client: httpx.Client, name: str) -> str:
-    topic = f"projects/{PROJECT}/topics/{name}-{uuid.uuid4().hex[:8]}"
-    _put(client, topic, {})
-    return topic
-
-
-def _topic_and_subscription(
-    client: httpx.Client, name: str, push_endpoint: str | None
-) -> tuple[str, str]:
+def _topic_and_subscription(server: LakePubSubServer, push_endpoint: str | None) -> tuple[str, str]:
     """A fresh topic and subscription (push to ``push_endpoint`` unless None)."""
-    topic = _topic(client, name)
-    subscription = topic.replace("/topics/", "/subscriptions/")
-    body: dict[str, object] = {"topic": topic, "ackDeadlineSeconds": ACK_DEADLINE_S}
-    if push_endpoint is not None:
-        body["pushConfig"] = {"pushEndpoint": push_endpoint}
-    _put(client, subscription, body)
-    return topic, subscription
+    topic = server.create_topic()
+    push = {} if push_endpoint is None else {"pushConfig": {"pushEndpoint": push_endpoint}}
+    return topic, server.create_subscription(topic, ack_deadline_s=ACK_DEADLINE_S, **push)
 
 
 def _wait_for_messages(endpoint: Endpoint, path: str, count: int) -> None:
@@ -255,7 +235,7 @@ def _metrics(*rows: tuple[str, object]) -> list[str]:
 
 
 def _ms(values_ns: Sequence[int], fraction: float) -> str:
-    return f"{w.percentile(values_ns, fraction) / _NS_PER_MS:.1f}"
+    return f"{w.percentile(values_ns, fraction) / w.NS_PER_MS:.1f}"
 
 
 # --- the scenarios ------------------------------------------------------------
@@ -265,11 +245,9 @@ def run_throughput(
     server: LakePubSubServer, endpoint: Endpoint, sizes: Sizes, path: str
 ) -> list[str]:
     total = sizes.backlog_messages
+    topic, subscription = _topic_and_subscription(server, None)
+    lps.publish_backlog(server, topic, total)
     with lps._client(server.url) as client:
-        topic, subscription = _topic_and_subscription(client, "throughput", None)
-        for first in range(0, total, lps.PREFILL_BATCH):
-            end = min(total, first + lps.PREFILL_BATCH)
-            lps._post(client, f"/v1/{topic}:publish", lps._publish_body(first, end))
         config = orjson.dumps({"pushConfig": {"pushEndpoint": endpoint.url(path)}})
         before = server.counters()
         with ProcessMeter(server.pid) as meter:
@@ -280,8 +258,8 @@ def run_throughput(
     server.check_all_acked(topic, subscription, total)
     arrivals = endpoint.arrivals(path)
     unique = endpoint.unique(path)
-    pickup_s = (arrivals[0].at_ns - started_ns) / _NS_PER_S
-    span_s = (arrivals[-1].at_ns - arrivals[0].at_ns) / _NS_PER_S
+    pickup_s = (arrivals[0].at_ns - started_ns) / w.NS_PER_S
+    span_s = (arrivals[-1].at_ns - arrivals[0].at_ns) / w.NS_PER_S
     usage = meter.usage
     return _metrics(
         ("backlog", f"{total:,} messages"),
@@ -301,7 +279,7 @@ def run_throughput(
 def run_latency(server: LakePubSubServer, endpoint: Endpoint, sizes: Sizes, path: str) -> list[str]:
     total = round(sizes.latency_rate_per_s * sizes.latency_duration_s)
     with lps._client(server.url) as client:
-        topic, subscription = _topic_and_subscription(client, "latency", endpoint.url(path))
+        topic, subscription = _topic_and_subscription(server, endpoint.url(path))
         # One unstamped message first: the dispatcher has picked the subscription up.
         lps._post(client, f"/v1/{topic}:publish", lps._publish_body(-1, 0))
         _wait_for_messages(endpoint, path, 1)
@@ -321,7 +299,7 @@ def run_latency(server: LakePubSubServer, endpoint: Endpoint, sizes: Sizes, path
         ("duplicates", f"{len(arrivals) - len(firsts) - 1:,}"),
         ("**publish → push p50**", f"**{_ms(latencies, 0.50)} ms**"),
         ("**publish → push p99**", f"**{_ms(latencies, 0.99)} ms**"),
-        ("publish → push max", f"{max(latencies) / _NS_PER_MS:.1f} ms"),
+        ("publish → push max", f"{max(latencies) / w.NS_PER_MS:.1f} ms"),
     )
 
 
@@ -331,8 +309,8 @@ def run_backoff(
     """Both of seed 003's cases at once, on two subscriptions of the same server."""
     some_nacked, all_nacked = paths
     with lps._client(server.url) as client:
-        topic_a, sub_a = _topic_and_subscription(client, "one-in-five", endpoint.url(some_nacked))
-        topic_b, sub_b = _topic_and_subscription(client, "all-nack", endpoint.url(all_nacked))
+        topic_a, sub_a = _topic_and_subscription(server, endpoint.url(some_nacked))
+        topic_b, sub_b = _topic_and_subscription(server, endpoint.url(all_nacked))
         b_started = time.monotonic()
         lps._post(client, f"/v1/{topic_b}:publish", lps._publish_body(0, sizes.all_nack_messages))
         a_messages = round(sizes.one_in_five_rate_per_s * sizes.one_in_five_duration_s)
@@ -356,9 +334,9 @@ def run_backoff(
 def _one_in_five(arrivals: Sequence[Arrival], ended_ns: int, sizes: Sizes) -> list[str]:
     if len(arrivals) < MIN_ONE_IN_FIVE_DELIVERIES:
         raise BenchError(f"one-in-five: only {len(arrivals)} deliveries")
-    from_ns = arrivals[0].at_ns + round(sizes.one_in_five_warmup_s * _NS_PER_S)
+    from_ns = arrivals[0].at_ns + round(sizes.one_in_five_warmup_s * w.NS_PER_S)
     times = [a.at_ns for a in arrivals if from_ns <= a.at_ns <= ended_ns]
-    gaps = [(b - a) / _NS_PER_S for a, b in itertools.pairwise(times)]
+    gaps = [(b - a) / w.NS_PER_S for a, b in itertools.pairwise(times)]
     if not gaps:
         raise BenchError("one-in-five: no delivery after the warm-up")
     nacked = sum(a.status == NACK for a in arrivals)
@@ -379,7 +357,7 @@ def _one_in_five(arrivals: Sequence[Arrival], ended_ns: int, sizes: Sizes) -> li
 def _all_nacked(arrivals: Sequence[Arrival]) -> list[str]:
     if len(arrivals) < MIN_ALL_NACK_DELIVERIES:
         raise BenchError(f"all-nack: only {len(arrivals)} deliveries")
-    at_s = [(a.at_ns - arrivals[0].at_ns) / _NS_PER_S for a in arrivals]
+    at_s = [(a.at_ns - arrivals[0].at_ns) / w.NS_PER_S for a in arrivals]
     gaps = [b - a for a, b in itertools.pairwise(at_s)]
     rows: list[tuple[object, ...]] = [(1, "0.00", "", "")]
     for i, gap in enumerate(gaps):
@@ -427,7 +405,9 @@ def run_auth(sizes: Sizes) -> list[str]:
         clients = [stack.enter_context(lps._client(s.url)) for s in servers]
         unauthenticated = clients[1].post(f"/v1/projects/{PROJECT}/topics/t:publish", json={})
         clients[1].headers["authorization"] = f"Bearer {API_KEY}"
-        topics = [_topic(c, "auth") for c in clients]
+        topics = [f"projects/{PROJECT}/topics/auth-{uuid.uuid4().hex[:8]}" for _ in clients]
+        for client, topic in zip(clients, topics, strict=True):
+            client.put(f"/v1/{topic}", content=b"{}").raise_for_status()
         samples: list[list[int]] = [[], []]
         for i in range(sizes.auth_warmup_publishes + sizes.auth_publishes):
             body = lps._publish_body(i, i + 1)
@@ -442,11 +422,11 @@ def run_auth(sizes: Sizes) -> list[str]:
         raise BenchError(f"the keyed server answered {unauthenticated.status_code} without a key")
     plain, keyed = samples
     rows: list[tuple[object, ...]] = [
-        (name, f"{len(s):,}", _ms(s, 0.5), _ms(s, 0.99), f"{statistics.mean(s) / _NS_PER_MS:.1f}")
+        (name, f"{len(s):,}", _ms(s, 0.5), _ms(s, 0.99), f"{statistics.mean(s) / w.NS_PER_MS:.1f}")
         for name, s in (("no identities", plain), ("API key, bearer token", keyed))
     ]
-    diff = [(w.percentile(keyed, f) - w.percentile(plain, f)) / _NS_PER_MS for f in (0.5, 0.99)]
-    mean_diff = (statistics.mean(keyed) - statistics.mean(plain)) / _NS_PER_MS
+    diff = [(w.percentile(keyed, f) - w.percentile(plain, f)) / w.NS_PER_MS for f in (0.5, 0.99)]
+    mean_diff = (statistics.mean(keyed) - statistics.mean(plain)) / w.NS_PER_MS
     rows.append(
         ("**difference**", "", f"**{diff[0]:+.1f}**", f"**{diff[1]:+.1f}**", f"{mean_diff:+.1f}")
     )

@@ -84,6 +84,12 @@ def ratio(ours: Result | None, peer: Result | None) -> str:
     return f"{ours.median / peer.median:.3g}\u00d7"
 
 
+def target(value: float, bound: float, *, at_least: bool) -> tuple[str, str]:
+    """A target's cell (``≥ bound`` or ``≤ bound``) and whether ``value`` meets it."""
+    met = value >= bound if at_least else value <= bound
+    return f"{'≥' if at_least else '≤'} {bound:,g}", "yes" if met else "**no**"
+
+
 def table(header: Sequence[str], rows: Iterable[Sequence[object]], *, right: int = 1) -> list[str]:
     """A markdown table; columns from ``right`` on are right-aligned."""
     align = ["---" if i < right else "---:" for i in range(len(header))]
@@ -121,11 +127,16 @@ def command(module: str, argv: Sequence[str] | None) -> str:
     return " ".join(["python -m bench", module, *(sys.argv[1:] if argv is None else argv)])
 
 
-def parser(description: str, *, quick: str = "small sizes (CI)") -> argparse.ArgumentParser:
-    """A case's command line, with the ``--quick`` and ``--out`` every case takes."""
+def parser(
+    description: str, *, quick: str = "small sizes (CI)", runs: bool = False
+) -> argparse.ArgumentParser:
+    """A case's command line, with the ``--quick`` and ``--out`` every case takes (and
+    ``--runs`` with ``runs``)."""
     found = argparse.ArgumentParser(description=description.split("\n", maxsplit=1)[0])
     found.add_argument("--quick", action="store_true", help=quick)
     found.add_argument("--out", type=Path, default=RESULTS, help="report directory")
+    if runs:
+        found.add_argument("--runs", type=int, default=None, help="runs of every case")
     return found
 
 

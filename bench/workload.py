@@ -19,6 +19,7 @@ from bench.clients import Report, span_s
 from bench.harness.lakepubsub_server import BenchError
 from bench.harness.meter import ProcessUsage
 from bench.report import EN_DASH, fmt, table
+from lakepubsub.constants import DEFAULT_ACK_DEADLINE_S
 
 MESSAGE_BYTES = 1024
 
@@ -32,8 +33,6 @@ _PUBLISH_CLIENTS = (1, 8)
 _PULL_CONSUMERS = (1, 4)
 # Pub/Sub's pull caps maxMessages at 1,000; both peers pull that many at most.
 _MAX_MESSAGES_PER_PULL = 1000
-# Matches Pub/Sub's default subscription ack deadline.
-_ACK_DEADLINE_S = 10
 
 # Metric names and units, so both peers' rows line up in one report.
 THROUGHPUT = "throughput"
@@ -55,9 +54,10 @@ SERVER_PEAK_RSS = "server_peak_rss"
 # CPU of the benchmark's own client processes, to show which side is the bottleneck.
 CLIENT_CPU_PER_MILLION = "client_cpu_per_million_msgs"
 MIB = "MiB"
-_MILLION = 1_000_000
+MILLION = 1_000_000
 _BYTES_PER_MIB = 1024 * 1024
-_NS_PER_S = 1_000_000_000
+NS_PER_S = 1_000_000_000
+NS_PER_MS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -142,7 +142,7 @@ def _workload(
         latency=latency,
         drain=(DrainCase(1, drain_backlog, _MAX_MESSAGES_PER_PULL),),
         runs=runs,
-        ack_deadline_s=_ACK_DEADLINE_S,
+        ack_deadline_s=DEFAULT_ACK_DEADLINE_S,
     )
 
 
@@ -275,9 +275,9 @@ def usage_figures(
     """Server and client CPU per million messages, the server's peak RSS."""
     figure = partial(result, system, case)
     return [
-        figure(SERVER_CPU_PER_MILLION, CPU_S_PER_MILLION, usage.cpu_s * _MILLION / messages),
+        figure(SERVER_CPU_PER_MILLION, CPU_S_PER_MILLION, usage.cpu_s * MILLION / messages),
         figure(SERVER_PEAK_RSS, MIB, usage.peak_rss_bytes / _BYTES_PER_MIB),
-        figure(CLIENT_CPU_PER_MILLION, CPU_S_PER_MILLION, client_cpu_s * _MILLION / messages),
+        figure(CLIENT_CPU_PER_MILLION, CPU_S_PER_MILLION, client_cpu_s * MILLION / messages),
     ]
 
 
@@ -305,7 +305,7 @@ def _cpu_s(reports: Sequence[Report]) -> float:
 
 def due_s(start_ns: int, i: int, rate_per_s: float) -> float:
     """Seconds until message ``i`` of a run paced at ``rate_per_s`` from ``start_ns`` is due."""
-    return max(0.0, (start_ns + i * _NS_PER_S / rate_per_s - time.monotonic_ns()) / _NS_PER_S)
+    return max(0.0, (start_ns + i * NS_PER_S / rate_per_s - time.monotonic_ns()) / NS_PER_S)
 
 
 def run_publish(side: Side, case: PublishCase) -> list[Result]:

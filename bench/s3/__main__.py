@@ -24,9 +24,10 @@ import httpx
 import orjson
 
 from bench import report as out
-from bench.harness.lakepubsub_server import PROJECT, REPO, REQUEST_TIMEOUT_S, LakePubSubServer
+from bench.harness.lakepubsub_server import REPO, LakePubSubServer
 from bench.harness.meter import ProcessMeter
 from bench.s3.prices import PROFILES, usd
+from lakepubsub.constants import DEFAULT_ACK_DEADLINE_S
 
 IDLE_RESOURCES = 20
 WARMUP_S = 15.0
@@ -55,18 +56,12 @@ class IdleResult:
         return usd(self.kinds, tier) * 60 / self.seconds * MINUTES_PER_MONTH
 
 
-def _create(server: LakePubSubServer, count: int, prefix: str = "idle") -> list[str]:
-    """``count`` topics and one subscription to each; the subscriptions' names
-    (each topic's name is its subscription's with ``topics``)."""
-    base = f"{server.url}/v1/projects/{PROJECT}"
-    subscriptions = []
-    with httpx.Client(timeout=REQUEST_TIMEOUT_S) as client:
-        for i in range(count):
-            client.put(f"{base}/topics/{prefix}-{i}").raise_for_status()
-            body = {"topic": f"projects/{PROJECT}/topics/{prefix}-{i}"}
-            client.put(f"{base}/subscriptions/{prefix}-{i}", json=body).raise_for_status()
-            subscriptions.append(f"projects/{PROJECT}/subscriptions/{prefix}-{i}")
-    return subscriptions
+def _create(server: LakePubSubServer, count: int) -> tuple[list[str], list[str]]:
+    """``count`` topics and one subscription to each: their names."""
+    topics = [server.create_topic() for _ in range(count)]
+    return topics, [
+        server.create_subscription(t, ack_deadline_s=DEFAULT_ACK_DEADLINE_S) for t in topics
+    ]
 
 
 @dataclass
@@ -130,7 +125,7 @@ def load(
         s3=True, serve=True, proxy=profile, env=env, intake_bucket=intake_bucket
     ) as server:
         assert server.proxy is not None and server.moto is not None
-        names = _create(server, topics, "load")
+        topic_names, names = _create(server, topics)
         total = int(rate * seconds)
         host = server.emulator_host
         module = [sys.executable, "-m", "bench.s3.load"]
@@ -144,13 +139,12 @@ def load(
         time.sleep(LOAD_SETTLE_S)
         server.proxy.reset()
         before = _commits(server)
-        topic_names = ",".join(n.replace("/subscriptions/", "/topics/") for n in names)
         meters = [ProcessMeter(p) for p in (server.pid, server.moto.pid, server.proxy.pid)]
         started = time.monotonic()
         for meter in meters:
             meter.__enter__()
         publisher = subprocess.Popen(
-            [*module, "publish", host, "--topics", topic_names, "--rate", str(rate),
+            [*module, "publish", host, "--topics", ",".join(topic_names), "--rate", str(rate),
              "--seconds", str(seconds), *(["--single"] if single else [])],
             stdout=subprocess.PIPE, cwd=REPO,
         )  # fmt: skip
@@ -178,7 +172,7 @@ def idle(
 ) -> IdleResult:
     with LakePubSubServer(s3=True, serve=True, proxy=profile, env=env) as server:
         assert server.proxy is not None
-        names = _create(server, resources)
+        _, names = _create(server, resources)
         holder = None
         if streams:
             command = [sys.executable, "-m", "bench.s3.streams", server.emulator_host, *names]
@@ -265,41 +259,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = out.parser(__doc__ or "")
     parser.add_argument("--profile", choices=sorted(PROFILES), default="zero")
     parser.add_argument("--cases", default="idle,load,flush", help="idle, load, flush")
-    parser.add_argument(
-        "--flush-windows",
-        default="25,100,250,1000",
-        help="LAKEPUBSUB_FLUSH_MS values the flush case runs the batched case with",
-    )
+    parser.add_argument("--flush-windows", default="25,100,250,1000", help="flush case's flush ms")
     parser.add_argument("--intake", action="store_true", help="every case with LAKEPUBSUB_INTAKE=1")
-    parser.add_argument(
-        "--topics", type=int, default=0, help="topics of the many-topics case (default 20)"
-    )
-    parser.add_argument(
-        "--rate-each",
-        type=float,
-        default=0.0,
-        help="msgs/s per topic of the many-topics case (default 10)",
-    )
-    parser.add_argument(
-        "--rate", type=float, default=0.0, help="msgs/s of the batched case (300 quick, 3000)"
-    )
-    parser.add_argument(
-        "--seconds", type=float, default=0.0, help="seconds of each load case (20 quick, 60)"
-    )
-    parser.add_argument(
-        "--intake-bucket",
-        default=None,
-        metavar="NAME--ZONE--x-s3",
-        help="keep the intake in this second bucket (LAKEPUBSUB_INTAKE_LAKE): a directory "
-        "bucket's name is answered at Express latency by the proxy",
-    )
-    parser.add_argument(
-        "--env",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a setting for the server of every case (repeatable)",
-    )
+    parser.add_argument("--topics", type=int, default=0, help="of the many-topics case (20)")
+    parser.add_argument("--rate-each", type=float, default=0.0, help="msgs/s a topic of it (10)")
+    parser.add_argument("--rate", type=float, default=0.0, help="msgs/s, batched (3000; quick 300)")
+    parser.add_argument("--seconds", type=float, default=0.0, help="each load case (60; quick 20)")
+    parser.add_argument("--intake-bucket", help="the intake's own bucket (LAKEPUBSUB_INTAKE_LAKE)")
+    parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for every server")
     args = parser.parse_args(argv)
     cases = set(args.cases.split(","))
     base_env = dict(item.split("=", 1) for item in args.env)
