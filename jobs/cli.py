@@ -31,11 +31,11 @@ from jobs.common import JobContext, report_json, require_lake, settings_for
 from lakepubsub.scheduler import (
     Progress,
     Scheduler,
-    ScheduleSettings,
     Task,
     default_progress,
 )
 from lakepubsub.settings import Settings
+from lakepubsub.settings.schedule import ScheduleSettings
 
 MIB = 1024 * 1024
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
