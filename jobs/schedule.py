@@ -17,7 +17,8 @@ from jobs import batch_consume, compact, gc, stream_consume, truncate
 from jobs import options as shared
 from jobs.common import JobContext
 from jobs.options import Report
-from lakepubsub.scheduler import Progress, Scheduler, ScheduleSettings, Task, default_progress
+from lakepubsub.scheduler import Progress, Scheduler, Task, default_progress
+from lakepubsub.settings.schedule import ScheduleSettings
 
 # The consumers a config may list: its key, their options and run, and the task's name
 # (the kind, then the option naming what it reads).

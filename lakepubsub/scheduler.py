@@ -13,20 +13,15 @@ that fails is logged and tried again at its next interval; the others go on.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TextIO
+from typing import Protocol, TextIO
 
 log = logging.getLogger(__name__)
 
-# Default intervals, as docs/operations.md sizes them for a small lake.
-DEFAULT_COMPACT_INTERVAL_S = 600.0
-DEFAULT_TRUNCATE_INTERVAL_S = 900.0
-DEFAULT_GC_INTERVAL_S = 3600.0
 # A progress log line at most this often when the output is not a terminal.
 PROGRESS_LOG_INTERVAL_S = 10.0
 
@@ -182,36 +177,6 @@ def default_progress(stream: TextIO | None = None) -> Progress:
     console = ConsoleProgress(stream)
     console.keep_logs_apart()
     return console
-
-
-@dataclass(frozen=True)
-class ScheduleSettings:
-    """Intervals of the built-in jobs, in seconds; 0 disables a job."""
-
-    compact_interval_s: float = DEFAULT_COMPACT_INTERVAL_S
-    truncate_interval_s: float = DEFAULT_TRUNCATE_INTERVAL_S
-    gc_interval_s: float = DEFAULT_GC_INTERVAL_S
-
-    @classmethod
-    def from_env(
-        cls, environ: Mapping[str, str] | None = None, **overrides: Any
-    ) -> ScheduleSettings:
-        """``LAKEPUBSUB_COMPACT_INTERVAL_S``, ``…_TRUNCATE_…``, ``…_GC_…``, then ``overrides``."""
-        env = os.environ if environ is None else environ
-        values = {
-            name: float(env[f"LAKEPUBSUB_{name.upper()}"])
-            for name in ("compact_interval_s", "truncate_interval_s", "gc_interval_s")
-            if env.get(f"LAKEPUBSUB_{name.upper()}")
-        }
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
-
-    def intervals(self) -> dict[str, float]:
-        return {
-            "compact": self.compact_interval_s,
-            "truncate": self.truncate_interval_s,
-            "gc": self.gc_interval_s,
-        }
 
 
 @dataclass

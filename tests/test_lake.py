@@ -12,6 +12,7 @@ from deltalake.exceptions import CommitFailedError
 
 from lakepubsub import constants
 from lakepubsub._lake import Lake, table_schemas
+from lakepubsub.publish.messages_table import _by_offset
 from lakepubsub.settings import Settings
 
 ROW = pa.table({"n": pa.array([1], pa.int64())})
@@ -30,7 +31,6 @@ def test_local_tables_keep_a_short_log(tmp_path: Path) -> None:
 
 
 def test_rows_read_come_sorted_by_offset() -> None:
-    from lakepubsub.publish.messages_table import _by_offset
 
     shuffled = pa.table(
         {"offset": pa.chunked_array([[3, 4], [1, 2]]), "d": [b"c", b"d", b"a", b"b"]}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,7 +53,6 @@ def test_installs_show_progress_or_say_what_they_do(tmp_path: Path) -> None:
 
 
 def test_the_development_tools_are_not_runtime_dependencies() -> None:
-    import tomllib
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     runtime = " ".join(project["dependencies"])

@@ -18,6 +18,8 @@ import click
 import httpx
 import pytest
 from click.testing import CliRunner
+from google.api_core import exceptions
+from google.cloud import pubsub_v1
 from support import LakeSpec, MotoServer, Server, start_server, stop_server
 
 from bench.harness.ports import free_port, wait_for_port
@@ -179,8 +181,6 @@ def test_truncate_with_nothing_to_drop_says_so(server: Server) -> None:
 def test_serve_logs_grpc_like_rest_and_answers_end_with_a_newline(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from google.api_core import exceptions
-    from google.cloud import pubsub_v1
 
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "LAKEPUBSUB_LAKE"}

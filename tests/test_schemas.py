@@ -12,6 +12,8 @@ import pytest
 from schemakit import PROTO, STATE, STATE_V2, avro_binary
 
 from lakepubsub import Engine, PublishMessage, Topic, TopicName, constants, errors
+from lakepubsub.messages import from_arrow
+from lakepubsub.publish.messages_table import MessagesTable
 from lakepubsub.resources.names import SchemaName
 from lakepubsub.resources.topics import DELETED_SCHEMA, SchemaSettings
 from lakepubsub.schemas.codecs import compile_definition
@@ -331,8 +333,6 @@ def test_binary_verdicts_match_fastavro_message_by_message() -> None:
 
 
 def engine_messages(engine: Engine, topic: TopicName) -> list:  # type: ignore[type-arg]
-    from lakepubsub.messages import from_arrow
-    from lakepubsub.publish.messages_table import MessagesTable
 
     table = MessagesTable(engine.lake, engine.get_topic(topic).uid)
     return from_arrow(table.read_range(0, table.head()))

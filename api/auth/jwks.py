@@ -9,7 +9,7 @@ from starlette.responses import Response
 from api.auth.settings import POLICY_MAX_STALENESS_S
 from api.deps import EngineDep, json_bytes, json_response
 from lakepubsub.push.oidc import published_keys
-from lakepubsub.push.settings import PushSettings
+from lakepubsub.settings.push import PushSettings
 
 router = APIRouter(tags=["operations"])
 

@@ -1,18 +1,18 @@
-"""Authentication settings: API keys, JWT verification and anonymous access,
-read from ``LAKEPUBSUB_API_KEYS``, ``LAKEPUBSUB_JWKS_URL``, ``LAKEPUBSUB_JWT_AUDIENCE``,
-``LAKEPUBSUB_JWT_ISSUER`` and ``LAKEPUBSUB_ALLOW_ANONYMOUS`` (docs/security.md)."""
+"""Authentication settings: API keys, JWT verification and anonymous access.
+
+``lakepubsub/settings/doors.py`` reads them from the environment (docs/security.md);
+this module checks each key's principal and roles against IAM's names and keeps
+the keys by digest."""
 
 from __future__ import annotations
 
-import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import orjson
-
 from lakepubsub import errors
 from lakepubsub.resources.iam import role_name, validate_member
+from lakepubsub.settings.doors import DoorSettings, KeySpec
+from lakepubsub.settings.doors import parse_api_keys as parse_key_specs
 
 # How stale the catalog (and so the IAM policies) may be when a request is
 # checked; the engine's own hot path tolerates the same.
@@ -22,7 +22,6 @@ POLICY_MAX_STALENESS_S = 1.0
 MAX_INSPECTED_BODY_BYTES = 1024 * 1024
 # Verified JWT signing keys are refetched from the JWKS URL this often.
 JWKS_CACHE_S = 300
-_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -50,59 +49,32 @@ class AuthSettings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> AuthSettings:
-        env = os.environ if environ is None else environ
-        keys = parse_api_keys(env.get("LAKEPUBSUB_API_KEYS", ""))
-        jwks_url = env.get("LAKEPUBSUB_JWKS_URL", "").strip()
-        audience = env.get("LAKEPUBSUB_JWT_AUDIENCE", "").strip()
-        if jwks_url and not audience:
-            raise errors.InvalidArgument("LAKEPUBSUB_JWKS_URL needs LAKEPUBSUB_JWT_AUDIENCE")
-        anonymous = env.get("LAKEPUBSUB_ALLOW_ANONYMOUS", "").strip().lower()
-        if anonymous in ("1", "yes", "on"):
-            anonymous = "true"
-        elif anonymous in ("0", "no", "off"):
-            anonymous = "false"
-        elif not anonymous:
-            anonymous = "false" if keys or jwks_url else "loopback"
-        if anonymous not in ("true", "false", "loopback"):
-            raise errors.InvalidArgument(
-                "LAKEPUBSUB_ALLOW_ANONYMOUS must be true, false or loopback"
-            )
-        return cls(keys, anonymous, jwks_url, audience, env.get("LAKEPUBSUB_JWT_ISSUER", ""))
+        return cls.of(DoorSettings.from_env(environ))
+
+    @classmethod
+    def of(cls, doors: DoorSettings) -> AuthSettings:
+        return cls(
+            {spec.sha256: api_key(spec) for spec in doors.api_keys},
+            doors.anonymous,
+            doors.jwks_url,
+            doors.jwt_audience,
+            doors.jwt_issuer,
+        )
+
+
+def api_key(spec: KeySpec) -> ApiKey:
+    """A configured key, its principal and roles checked against IAM's names."""
+    principal = spec.principal or f"apiKey:{spec.name}"
+    validate_member(principal)
+    if principal in ("allUsers", "allAuthenticatedUsers"):
+        raise errors.InvalidArgument(f"LAKEPUBSUB_API_KEYS[{spec.name!r}]: not a principal")
+    grants = {
+        project.removeprefix("projects/"): frozenset(role_name(r) for r in granted)
+        for project, granted in spec.roles.items()
+    }
+    return ApiKey(spec.name, principal, grants)
 
 
 def parse_api_keys(raw: str) -> dict[str, ApiKey]:
-    """``{"name": "<sha256 hex>"}`` or ``{"name": {"sha256": ..., "principal": ...,
-    "roles": {"<project>|*": ["roles/pubsub.editor", ...]}}}``."""
-    if not raw.strip():
-        return {}
-    try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise errors.InvalidArgument("LAKEPUBSUB_API_KEYS is not JSON") from exc
-    if not isinstance(doc, dict):
-        raise errors.InvalidArgument("LAKEPUBSUB_API_KEYS must be a JSON object")
-    keys: dict[str, ApiKey] = {}
-    for name, spec in doc.items():
-        entry = {"sha256": spec} if isinstance(spec, str) else spec
-        if not isinstance(entry, dict):
-            raise errors.InvalidArgument(
-                f"LAKEPUBSUB_API_KEYS[{name!r}] must be a string or object"
-            )
-        digest = str(entry.get("sha256", "")).lower()
-        if not _SHA256_HEX.fullmatch(digest):
-            raise errors.InvalidArgument(f"LAKEPUBSUB_API_KEYS[{name!r}]: sha256 must be 64 hex")
-        if digest in keys:
-            raise errors.InvalidArgument(f"LAKEPUBSUB_API_KEYS[{name!r}] repeats another key")
-        principal = str(entry.get("principal") or f"apiKey:{name}")
-        validate_member(principal)
-        if principal in ("allUsers", "allAuthenticatedUsers"):
-            raise errors.InvalidArgument(f"LAKEPUBSUB_API_KEYS[{name!r}]: not a principal")
-        roles = entry.get("roles") or {}
-        if not isinstance(roles, dict):
-            raise errors.InvalidArgument(f"LAKEPUBSUB_API_KEYS[{name!r}].roles must be an object")
-        grants = {
-            project.removeprefix("projects/"): frozenset(role_name(r) for r in granted)
-            for project, granted in roles.items()
-        }
-        keys[digest] = ApiKey(name, principal, grants)
-    return keys
+    """``LAKEPUBSUB_API_KEYS``'s value as keys by digest (see ``parse_key_specs``)."""
+    return {spec.sha256: api_key(spec) for spec in parse_key_specs(raw)}

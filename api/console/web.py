@@ -8,7 +8,6 @@ its own: the numbers come from the sampler's rings.
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from api.console.sampler import SAMPLE_INTERVAL_S, WINDOW_S, Sampler
 from lakepubsub import Engine, errors
 from lakepubsub.resources import catalog as cat
 from lakepubsub.resources.iam import Resource
+from lakepubsub.settings.doors import DoorSettings
 
 ROOT = "/console"
 # How often an open page fetches its changing part again.
@@ -61,7 +61,7 @@ class Console:
 
 def install(app: FastAPI) -> None:
     """Serve the console at ``/console``; it samples the lake while it is looked at."""
-    interval_s = float(os.environ.get("LAKEPUBSUB_CONSOLE_SAMPLE_S", SAMPLE_INTERVAL_S))
+    interval_s = DoorSettings.from_env().console_sample_s or SAMPLE_INTERVAL_S
     console = Console(Authenticator(app.state.auth_settings), interval_s)
     app.state.console = console
     app.include_router(router)

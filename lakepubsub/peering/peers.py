@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import secrets
 import threading
 from concurrent.futures import Future
@@ -45,6 +44,7 @@ from lakepubsub.peering import codec, ownership, transport
 from lakepubsub.peering.membership import MEMBERS, Member, Membership
 from lakepubsub.peering.ownership import Owner
 from lakepubsub.resources.names import SubscriptionName
+from lakepubsub.settings.peering import PeerSettings
 
 log = logging.getLogger(__name__)
 
@@ -82,18 +82,15 @@ class Peering:
 
     @classmethod
     def from_env(cls, engine: Owner, environ: dict[str, str] | None = None) -> Peering | None:
-        """``LAKEPUBSUB_PEERING=false`` turns peering off; ``LAKEPUBSUB_PEER_HOST`` (bind,
-        default 127.0.0.1), ``LAKEPUBSUB_PEER_ADVERTISE`` and ``LAKEPUBSUB_PEER_PORT``
-        (default: any free port; else the first free one of ``PORT_RANGE`` from it) place
-        the peer server."""
-        env = os.environ if environ is None else environ
-        if env.get("LAKEPUBSUB_PEERING", "true").lower() in ("0", "false", "no", "off"):
+        """A peering placed as ``PeerSettings`` reads it, or None when it is off."""
+        settings = PeerSettings.from_env(environ)
+        if not settings.enabled:
             return None
         return cls(
             engine,
-            bind_host=env.get("LAKEPUBSUB_PEER_HOST", "127.0.0.1"),
-            advertise_host=env.get("LAKEPUBSUB_PEER_ADVERTISE") or None,
-            port=int(env.get("LAKEPUBSUB_PEER_PORT", "0")),
+            bind_host=settings.bind_host,
+            advertise_host=settings.advertise_host,
+            port=settings.port,
         )
 
     # -- the members -----------------------------------------------------------------

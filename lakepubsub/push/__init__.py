@@ -13,7 +13,7 @@ import threading
 from lakepubsub import Engine
 from lakepubsub.push.dispatcher import PushService
 from lakepubsub.push.oidc import Signer
-from lakepubsub.push.settings import PushSettings
+from lakepubsub.settings.push import PushSettings
 
 __all__ = ["PushService", "PushSettings", "Signer", "run_forever", "start_from_env"]
 

@@ -34,8 +34,8 @@ from lakepubsub.push.endpoints import Sender
 from lakepubsub.push.flow import FlowControl, Outcome, Ticket
 from lakepubsub.push.oidc import Signer, generate_pem
 from lakepubsub.push.safety import Endpoint, UnsafeEndpoint, parse_endpoint
-from lakepubsub.push.settings import PushSettings
 from lakepubsub.resources.subscriptions import Subscription
+from lakepubsub.settings.push import PushSettings
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from lakepubsub import errors
 from lakepubsub.push.envelope import PushRequest
 from lakepubsub.push.flow import Outcome
 from lakepubsub.push.safety import Endpoint, Guard, IPAddress, Origin
-from lakepubsub.push.settings import PushSettings
+from lakepubsub.settings.push import PushSettings
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-from pybase64 import b64encode_as_string  # SIMD base64 (see api/convert.py)
+from pybase64 import b64encode_as_string  # SIMD base64 (see api/convert/)
 
 import lakepubsub
 from lakepubsub.messages import ReceivedMessage, TruncationEvent

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from lakepubsub import errors
-from lakepubsub.push.settings import PushSettings
+from lakepubsub.settings.push import PushSettings
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network

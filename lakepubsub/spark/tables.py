@@ -3,7 +3,7 @@
 The lake names tables ``s3://bucket/prefix/...`` or by local path; Spark reads
 them as ``s3a://bucket/prefix/...`` (hadoop-aws) or ``file:///...``. S3
 endpoint and credentials are set per bucket from the lake's storage options
-(the same AWS variables ``lakepubsub/settings.py`` reads), with path-style
+(the same AWS variables ``lakepubsub/settings/`` reads), with path-style
 access whenever an endpoint is given (moto, MinIO).
 
 Only reads go through delta-spark: the lake's tables are committed by

@@ -26,6 +26,8 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
 from support import LakeSpec, Server, start_server, stop_server
 
+from api.app import create_app
+
 EXAMPLES = int(os.environ.get("LAKEPUBSUB_FUZZ_EXAMPLES", "10"))
 PINNED = {"project": "fuzz", "topic": "fuzz-topic", "subscription": "fuzz-sub"}
 PINNED_SHARE = 0.7
@@ -60,7 +62,6 @@ def _document() -> dict[str, Any]:
     on pytest 9 (it sets ``Function._nodeid``); test_served_document_is_the_one_fuzzed
     checks that the server serves this very document.
     """
-    from api.app import create_app
 
     with warnings.catch_warnings():
         # FastAPI warns about duplicate operation ids (test_operation_ids_are_unique)

@@ -3,6 +3,7 @@ and google-api-python-client (discovery document shipped in the package)."""
 
 from __future__ import annotations
 
+import base64
 import time
 
 import pytest
@@ -10,6 +11,11 @@ from google.api_core import exceptions as gexc
 from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import pubsub_v1
+from google.protobuf import duration_pb2, timestamp_pb2
+from google.pubsub_v1 import PublisherClient as GapicPublisher
+from google.pubsub_v1.types import DeadLetterPolicy, PubsubMessage, RetryPolicy
+from googleapiclient import discovery
+from googleapiclient.errors import HttpError
 
 PROJECT = "compat"
 
@@ -75,10 +81,6 @@ def test_google_cloud_pubsub_rest(publisher, subscriber) -> None:  # type: ignor
 
 @pytest.mark.parametrize("lake", ["local"], indirect=True)
 def test_google_api_python_client(server) -> None:  # type: ignore[no-untyped-def]
-    import base64
-
-    from googleapiclient import discovery
-    from googleapiclient.errors import HttpError
 
     service = discovery.build(
         "pubsub",
@@ -131,9 +133,6 @@ def test_google_api_python_client(server) -> None:  # type: ignore[no-untyped-de
 def test_google_cloud_pubsub_subscription_features(publisher, subscriber) -> None:  # type: ignore[no-untyped-def]
     """Filters, ordering, dead-letter and retry policies, exactly-once, snapshots and
     seek, each set and used through the unmodified client library."""
-    from google.protobuf import duration_pb2, timestamp_pb2
-    from google.pubsub_v1 import PublisherClient as GapicPublisher
-    from google.pubsub_v1.types import DeadLetterPolicy, PubsubMessage, RetryPolicy
 
     topic = publisher.topic_path(PROJECT, "features")
     dead = publisher.topic_path(PROJECT, "features-dead")

@@ -41,7 +41,7 @@ def run(name: str, *, quick: bool, s3: bool) -> Result:
 
 
 def _fuzz(quick: bool) -> Result:
-    from tests.chaos.fuzz import run as run_fuzz
+    from tests.chaos.fuzz import run as run_fuzz  # noqa: PLC0415 — schemathesis and hypothesis load only for the fuzz phase
 
     return run_fuzz(quick=quick)
 

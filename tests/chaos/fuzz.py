@@ -16,6 +16,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import schemathesis
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
+from schemathesis.core.errors import InvalidSchema
+from schemathesis.core.failures import FailureGroup
+from schemathesis.core.result import Ok
+from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from tests.chaos import fuzz_inputs
 from tests.chaos.servers import ApiServer, local_lake
@@ -95,13 +103,6 @@ def ensure_resources(url: str) -> None:
 
 def schema_fuzz(url: str, examples: int, *, seed: int) -> SchemaFuzz:
     """Generate requests for every operation in the served document, positive and negative."""
-    import schemathesis
-    from hypothesis import HealthCheck, Phase, given, settings
-    from hypothesis.errors import Unsatisfiable
-    from schemathesis import GenerationMode
-    from schemathesis.core.errors import InvalidSchema
-    from schemathesis.core.result import Ok
-    from schemathesis.specs.openapi.checks import response_schema_conformance
 
     found = SchemaFuzz()
     rng = random.Random(seed)
@@ -138,7 +139,6 @@ def schema_fuzz(url: str, examples: int, *, seed: int) -> SchemaFuzz:
 
 
 def _exercise(case: Any, url: str, rng: random.Random, found: SchemaFuzz, conformance: Any) -> None:
-    from schemathesis.core.failures import FailureGroup
 
     if rng.random() < PINNED_SHARE:
         for name in case.path_parameters:

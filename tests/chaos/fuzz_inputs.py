@@ -14,7 +14,11 @@ from typing import Any
 from urllib.parse import urlparse
 
 import httpx
+import pyarrow as pa
 
+from lakepubsub import errors
+from lakepubsub._lake import table_schemas
+from lakepubsub.resources.filters import parse_filter, parse_label_query
 from tests.chaos.workload import PROJECT
 
 KEYS = ["a", "b", "k-1", "x_y", "iana.org/lang", "é", "a b", "AND", 'q"t']
@@ -103,11 +107,6 @@ def filter_fuzz(*, examples: int, seed: int = 11) -> Outcome:
     """Parse generated and mutated filters: valid ones must evaluate as the reference does
     (row by row and as an Arrow mask), print to text that parses back to the same filter;
     everything else must be rejected with InvalidArgument."""
-    import pyarrow as pa
-
-    from lakepubsub import errors
-    from lakepubsub._lake import table_schemas
-    from lakepubsub.resources.filters import parse_filter, parse_label_query
 
     out = Outcome()
     rng = random.Random(seed)

@@ -9,6 +9,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from consolekit import as_key, key_config
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
 from support import LakeSpec, Server, start_server, stop_server
 
 # The console samples the lake this often in these tests (5 s by default).
@@ -44,8 +46,6 @@ def admin(console_server: Server) -> Iterator[httpx.Client]:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
     """A headless Chromium; the test fails (not skips) without one: CI installs it."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
 
     binary = next((b for b in CHROMIUM if shutil.which(b)), None)
     if binary is None or not shutil.which(CHROMEDRIVER):

@@ -29,6 +29,9 @@ from consolekit import (
 from selenium.webdriver.common.by import By
 from support import Server
 
+from jobs import compact, gc
+from jobs.common import JobContext
+
 DEAD_LETTER_ATTEMPTS = 5
 
 
@@ -395,8 +398,6 @@ def test_dead_letters_are_replayed_to_the_topic_and_refused_for_a_viewer(
 def test_the_lake_page_shows_compactions_and_the_jobs_last_runs(
     browser: Any, console_server: Server, demo: threading.Event
 ) -> None:
-    from jobs import compact, gc
-    from jobs.common import JobContext
 
     with JobContext(console_server.lake.settings()) as ctx:
         ran = compact.run(ctx, compact.CompactOptions(min_small_files=2, vacuum=False))

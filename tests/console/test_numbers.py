@@ -9,6 +9,8 @@ import time
 from api.console import browse
 from api.console.sampler import Sampler, SubscriptionPoint, TopicPoint
 from api.console.tables import pending_events
+from jobs.common import JobContext
+from jobs.truncate import Truncation, record
 from lakepubsub import Engine
 from lakepubsub.messages import PublishMessage
 from lakepubsub.resources import catalog as cat
@@ -96,8 +98,6 @@ def test_browsing_reads_offsets_times_and_attributes_without_touching_a_subscrip
 
 
 def test_truncations_recorded_by_the_job_and_pending_events_are_listed(engine: Engine) -> None:
-    from jobs.common import JobContext
-    from jobs.truncate import Truncation, record
 
     _, sub_uid = setup(engine, [PublishMessage(b"x" * 10) for _ in range(4)])
     sampler = Sampler(engine)

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 
 import pytest
+from google.api_core import exceptions
 from google.cloud import pubsub_v1
 from google.cloud.pubsub_v1.subscriber import exceptions as sub_exceptions
 from google.cloud.pubsub_v1.subscriber.message import Message
@@ -217,7 +218,6 @@ def test_exactly_once_stale_ack_fails(
     subscriber.modify_ack_deadline(subscription=sub, ack_ids=[first.ack_id], ack_deadline_seconds=0)
     second = subscriber.pull(subscription=sub, max_messages=1, timeout=10).received_messages[0]
     assert second.ack_id != first.ack_id
-    from google.api_core import exceptions
 
     with pytest.raises(exceptions.InvalidArgument) as failure:
         subscriber.acknowledge(subscription=sub, ack_ids=[first.ack_id])

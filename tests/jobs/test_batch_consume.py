@@ -9,6 +9,7 @@ import pytest
 from deltalake import DeltaTable
 from jobtools import context, messages, publish_batches, sub_name, topic_name
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as sf
 from support import LakeSpec
 
 from jobs import batch_consume
@@ -106,7 +107,6 @@ def test_a_failed_transform_writes_nothing(
     target = str(tmp_path / "copy")
 
     def broken(frame: DataFrame) -> DataFrame:
-        from pyspark.sql import functions as sf
 
         return frame.select(sf.raise_error("bad row").alias("offset"))
 

@@ -15,6 +15,7 @@ from support import LakeSpec
 
 from jobs.cli import jobs
 from lakepubsub import Engine
+from lakepubsub.cli import main
 from lakepubsub.resources.subscriptions import Subscription, TruncationPolicy
 from lakepubsub.resources.topics import Topic
 
@@ -121,7 +122,6 @@ def test_job_script_under_spark_submit(local_engine: Engine, local_lake: LakeSpe
 
 
 def test_the_lakepubsub_command_carries_jobs_and_sql() -> None:
-    from lakepubsub.cli import main
 
     runner = CliRunner()
     listed = runner.invoke(main, ["jobs", "run", "--help"])

@@ -16,10 +16,10 @@ from lakepubsub.scheduler import (
     NullProgress,
     Progress,
     Scheduler,
-    ScheduleSettings,
     Task,
     default_progress,
 )
+from lakepubsub.settings.schedule import ScheduleSettings
 
 
 class FakeClock:

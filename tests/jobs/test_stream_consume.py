@@ -25,7 +25,8 @@ from lakepubsub import Engine
 from lakepubsub.messages import PublishMessage
 from lakepubsub.publish.messages_table import MessagesTable
 from lakepubsub.resources.topics import Topic
-from lakepubsub.scheduler import NullProgress, ScheduleSettings
+from lakepubsub.scheduler import NullProgress
+from lakepubsub.settings.schedule import ScheduleSettings
 from lakepubsub.spark.tables import spark_path
 
 COPY = "SELECT offset, message_id, data FROM messages"

@@ -16,7 +16,7 @@ import time
 from pushkit import ACK, Delivery, Endpoint, Reply, create_push, intervals, publish
 from support import LakeSpec, start_server, stop_server
 
-from lakepubsub.push.settings import MAX_BACKOFF_S, MIN_BACKOFF_S
+from lakepubsub.settings.push import MAX_BACKOFF_S, MIN_BACKOFF_S
 
 SCALE = 60.0
 

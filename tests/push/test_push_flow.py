@@ -11,7 +11,7 @@ import statistics
 from collections.abc import Callable
 
 from lakepubsub.push.flow import Backoff, FlowControl, Outcome, Ticket, Window
-from lakepubsub.push.settings import MAX_BACKOFF_S, MIN_BACKOFF_S
+from lakepubsub.settings.push import MAX_BACKOFF_S, MIN_BACKOFF_S
 
 Answer = Callable[[int, float], Outcome]  # delivery number, time -> outcome
 

@@ -16,9 +16,9 @@ from lakepubsub.messages import Message, ReceivedMessage, TruncationEvent
 from lakepubsub.push import envelope
 from lakepubsub.push.oidc import Signer, generate_pem
 from lakepubsub.push.safety import Guard, UnsafeEndpoint, parse_endpoint
-from lakepubsub.push.settings import PushSettings
 from lakepubsub.resources.names import SubscriptionName, TopicName
 from lakepubsub.resources.subscriptions import DeadLetterPolicy, PushConfig, Subscription
+from lakepubsub.settings.push import PushSettings
 
 
 def check(url: str, **settings: object) -> None:

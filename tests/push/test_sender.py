@@ -11,7 +11,7 @@ from lakepubsub.push.endpoints import Sender
 from lakepubsub.push.envelope import PushRequest
 from lakepubsub.push.flow import Outcome
 from lakepubsub.push.safety import parse_endpoint
-from lakepubsub.push.settings import PushSettings
+from lakepubsub.settings.push import PushSettings
 
 NO_CONTENT = b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n"
 

@@ -1,4 +1,4 @@
-"""Push delivery settings, read from the environment in this one place."""
+"""Push delivery settings (``lakepubsub/push/`` delivers with them)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,9 @@
-"""Settings, read from the environment in this one place."""
+"""Settings: every ``LAKEPUBSUB_*`` variable is read in this package.
+
+This module holds the lake's and the engine's; the push dispatchers', the peer
+server's and the job schedule's are beside it (``push``, ``peering``,
+``schedule``), each a frozen value its room is given.
+"""
 
 from __future__ import annotations
 
