@@ -11,7 +11,7 @@ from bench import workload as w
 from bench.report import fmt
 
 if TYPE_CHECKING:
-    from bench.compare import Run
+    from bench.runs import Run
 
 NATS, LPS, LPS_S3 = "nats-jetstream", "lakepubsub", "lakepubsub-s3"
 LABELS = {NATS: "NATS JetStream", LPS: "lakepubsub (local lake)", LPS_S3: "lakepubsub (moto S3)"}

@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -42,6 +42,7 @@ from bench.report import (
     side_by_side,
     software,
 )
+from bench.runs import Run
 from bench.s3 import prices
 
 README = Path(__file__).parent / "README.md"
@@ -112,31 +113,6 @@ def scaled(workload: w.Workload, fraction: float) -> w.Workload:
 
 
 # --- running ------------------------------------------------------------------
-
-
-@dataclass
-class Run:
-    """Everything one ``python -m bench`` measured."""
-
-    workload: w.Workload
-    s3_workload: w.Workload | None
-    # Whether every lakepubsub run had a server of its own (CI runs share one).
-    fresh_server: bool
-    results: list[w.Result]
-    # End-to-end latencies (ms) of the latency case, all runs, per system that gives them.
-    latency_samples: dict[str, list[float]]
-    elapsed_s: dict[str, float]
-    load_before: tuple[float, float, float]
-    load_after: tuple[float, float, float]
-    # The gRPC cases' sizes, if they ran; whether the REST cases (and their NATS peers) ran.
-    grpc_workload: grpc_bench.GrpcWorkload | None = None
-    rest: bool = True
-    # End-to-end latencies (ms) of the gRPC latency case, all runs, per system.
-    grpc_latency_samples: dict[str, list[float]] = field(default_factory=dict)
-    # Cases (or whole phases) that failed, with their errors.
-    failures: list[grpc_bench.Failure] = field(default_factory=list)
-    # True until the last case has run: a report written meanwhile says it is partial.
-    partial: bool = False
 
 
 def run(

@@ -12,17 +12,15 @@ import datetime
 import importlib.metadata
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import psutil
-
-if TYPE_CHECKING:
-    from bench.workload import Result
 
 RESULTS = Path(__file__).resolve().parent / "results"
 EN_DASH = "\u2013"  # between the ends of a range
@@ -30,6 +28,29 @@ NONE = "\u2014"  # no figure
 _GIB = 1024**3
 # Figures from this size on are shown whole.
 _WHOLE_FROM = 100
+
+
+@dataclass(frozen=True)
+class Result:
+    """One figure of one case for one system: one value per run."""
+
+    system: str
+    case: str
+    metric: str
+    unit: str
+    values: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+    @property
+    def min(self) -> float:
+        return min(self.values)
+
+    @property
+    def max(self) -> float:
+        return max(self.values)
 
 
 def now() -> str:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
-import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from typing import Any, Protocol
 from bench.clients import Report, span_s
 from bench.harness.lakepubsub_server import BenchError
 from bench.harness.meter import ProcessUsage
-from bench.report import EN_DASH, fmt, table
+from bench.report import EN_DASH, Result, fmt, table
 from lakepubsub.constants import DEFAULT_ACK_DEADLINE_S
 
 MESSAGE_BYTES = 1024
@@ -172,29 +171,6 @@ def quick() -> Workload:
         drain_backlog=10_000,
         runs=1,
     )
-
-
-@dataclass(frozen=True)
-class Result:
-    """One figure of one case for one system: one value per run."""
-
-    system: str
-    case: str
-    metric: str
-    unit: str
-    values: tuple[float, ...]
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.values)
-
-    @property
-    def min(self) -> float:
-        return min(self.values)
-
-    @property
-    def max(self) -> float:
-        return max(self.values)
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:

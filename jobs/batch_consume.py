@@ -45,6 +45,7 @@ from urllib.parse import urlparse
 from deltalake import DeltaTable
 
 from jobs.common import FileStats, JobContext, Stopwatch
+from jobs.script import main_for
 from lakepubsub import errors
 from lakepubsub.publish.messages_table import MessagesTable
 from lakepubsub.resources.names import SubscriptionName
@@ -217,6 +218,4 @@ def _rows(target: str, storage: dict[str, str] | None) -> int:
 
 
 if __name__ == "__main__":
-    from jobs.cli import main_for
-
     main_for("batch-consume")

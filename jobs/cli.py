@@ -14,7 +14,6 @@ Nothing here imports PySpark or starts a JVM until a command needs Spark.
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -35,7 +34,7 @@ from jobs.schedule import schedule_command
 from jobs.sql import sql
 from lakepubsub.scheduler import default_progress
 
-__all__ = ["jobs", "main_for", "run", "sql"]
+__all__ = ["jobs", "run", "sql"]
 
 MIB = compact.MIB  # the options give sizes in MiB
 
@@ -247,11 +246,6 @@ _consumer(
         click.option("--max-files-per-trigger", type=click.IntRange(1), default=None),
     ),
 )
-
-
-def main_for(job: str) -> None:
-    """Entry point of ``jobs/<job>.py`` under spark-submit or python: ``run <job> ARGS``."""
-    run.main(args=[job, *sys.argv[1:]], prog_name=f"jobs/{job.replace('-', '_')}.py")
 
 
 jobs.add_command(schedule_command)

@@ -44,6 +44,7 @@ from jobs.common import (
     open_if_exists,
     retrying,
 )
+from jobs.script import main_for
 from lakepubsub import constants, errors
 from lakepubsub._lake import storage_errors, table_schemas
 from lakepubsub.publish.messages_table import MessagesTable
@@ -341,6 +342,4 @@ def _vacuum(table: DeltaTable, target: Target, options: CompactOptions, *, full:
 
 
 if __name__ == "__main__":
-    from jobs.cli import main_for
-
     main_for("compact")

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from jobs import runs
 from jobs.common import JobContext, Stopwatch, newest_change_s
+from jobs.script import main_for
 from lakepubsub import constants, errors
 from lakepubsub.resources import catalog
 from lakepubsub.resources.names import SnapshotName, SubscriptionName
@@ -136,6 +137,4 @@ def _sweep(
 
 
 if __name__ == "__main__":
-    from jobs.cli import main_for
-
     main_for("gc")

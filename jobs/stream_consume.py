@@ -44,6 +44,7 @@ from deltalake import DeltaTable
 
 from jobs.batch_consume import VIEW, Transform, load_transform
 from jobs.common import FileStats, JobContext, Stopwatch
+from jobs.script import main_for
 from lakepubsub import errors
 from lakepubsub.resources.names import TopicName
 
@@ -198,6 +199,4 @@ def _rows(target: str, storage: dict[str, str] | None) -> int:
 
 
 if __name__ == "__main__":
-    from jobs.cli import main_for
-
     main_for("stream-consume")

@@ -37,6 +37,7 @@ from deltalake import write_deltalake
 
 from jobs import runs
 from jobs.common import JobContext, Stopwatch, errored, offset_range, retrying
+from jobs.script import main_for
 from lakepubsub import constants, errors
 from lakepubsub._lake import storage_errors, table_schemas
 from lakepubsub.delivery.leases import LeaseState
@@ -455,6 +456,4 @@ def _days(seconds: int) -> str:
 
 
 if __name__ == "__main__":
-    from jobs.cli import main_for
-
     main_for("truncate")
