@@ -25,7 +25,7 @@ from api.grpc.door import Call, GrpcDoor, Handler, as_dict, unary, validated
 from api.grpc.schema_service import METHODS as SCHEMA_METHODS
 from api.grpc.streaming import streaming_pull_handler
 from api.grpc.wire import add_received, pb, subscription_name, topic_name
-from api.rest import subscriptions
+from api.pulls import pulled, reports_attempts, start_pull
 from lakepubsub import errors
 from lakepubsub.publish import batches
 from lakepubsub.resources.iam import Resource
@@ -73,14 +73,14 @@ async def pull(door: GrpcDoor, request: Any, call: Call) -> Message:
     """Lease messages; waits for some unless ``return_immediately``."""
     name = subscription_name(request.subscription)
     await call.check("pull", _sub_params(name))
-    future = await subscriptions.start_pull(
+    future = await start_pull(
         door.engine,
         name,
         max_messages=request.max_messages,
         return_immediately=request.return_immediately,
     )
-    attempts = subscriptions.reports_attempts(door.engine, name)
-    received = await subscriptions.pulled(door.engine, name, future)
+    attempts = reports_attempts(door.engine, name)
+    received = await pulled(door.engine, name, future)
     response = pb(ps.PullResponse)()
     add_received(response.received_messages, received, attempts=attempts)  # type: ignore[attr-defined]
     return response

@@ -38,7 +38,7 @@ from google.pubsub_v1.types import pubsub as ps
 
 from api.grpc.door import GRPC_REQUESTS, Call, GrpcDoor, abort, failure_of, parse
 from api.grpc.wire import add_received, subscription_name
-from api.rest.subscriptions import start_pull
+from api.pulls import start_pull
 from lakepubsub import Engine, SubscriptionName, constants, errors
 from lakepubsub.messages import ReceivedMessage
 
