@@ -381,7 +381,7 @@ def validated(model: type[T], body: dict[str, Any], *, path_fields: tuple[str, .
         raise invalid_request(list(exc.errors())) from exc
 
 
-def from_json(body: bytes, response_type: type[M]) -> M:
-    """A REST door JSON body as the gRPC response; lakepubsub's extension fields
-    (``truncationPolicy``) have no protobuf field and stay out."""
-    return json_format.Parse(body, response_type(), ignore_unknown_fields=True)
+def from_dict(body: dict[str, Any], response_type: type[M]) -> M:
+    """An answer in Pub/Sub's JSON shape as the gRPC response; lakepubsub's extension
+    fields (``truncationPolicy``) have no protobuf field and stay out."""
+    return json_format.ParseDict(body, response_type(), ignore_unknown_fields=True)

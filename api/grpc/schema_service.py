@@ -1,5 +1,6 @@
-"""google.pubsub.v1.SchemaService as gRPC methods: each calls the REST door's route
-function (``api/rest/schemas.py``), so both doors share one definition of every check."""
+"""google.pubsub.v1.SchemaService as gRPC methods, from a table: each calls the same
+function of ``api/schema_calls.py`` as the REST door's route, so both doors share
+one definition of every check."""
 
 from __future__ import annotations
 
@@ -11,12 +12,11 @@ from typing import Any
 from google.protobuf import empty_pb2
 from google.protobuf.message import Message
 from google.pubsub_v1.types import schema as sc
-from starlette.responses import Response
 
-from api.grpc.door import Call, GrpcDoor, Handler, as_dict, from_json, project_of, validated
+from api import schema_calls as calls
+from api.grpc.door import Call, GrpcDoor, Handler, as_dict, from_dict, project_of, validated
 from api.grpc.wire import pb
 from api.models import Model
-from api.rest import schemas
 from lakepubsub.schemas.registry import parse_revision_name
 
 SCHEMA_SERVICE = "google.pubsub.v1.SchemaService"
@@ -24,14 +24,14 @@ SCHEMA_SERVICE = "google.pubsub.v1.SchemaService"
 
 @dataclass(frozen=True)
 class _Method:
-    """One method: its request type, access rule and REST route, the request field that
-    names the resource (``parent``: a project; ``name``: a schema), the route's other
-    arguments taken from the request, and the response type (None: the route's answer
-    is not returned)."""
+    """One method: its request type, access rule and call (named as the rule), the
+    request field that names the resource (``parent``: a project; ``name``: a schema),
+    the call's other arguments taken from the request, and the response type (None:
+    the call's answer is not returned)."""
 
     request: type[Message]
     rule: str
-    route: Callable[..., Response]
+    call: Callable[..., dict[str, Any]]
     where: str
     arguments: Callable[[Any], dict[str, Any]]
     response: type[Message] | None
@@ -55,11 +55,11 @@ def _body(model: type[Model], path_field: str) -> Callable[[Any], dict[str, Any]
 
 
 def _listing(request: Any) -> dict[str, Any]:
-    return {"listing": schemas.Listing(str(request.view), request.page_size, request.page_token)}
+    return {"view": request.view, "page_size": request.page_size, "page_token": request.page_token}
 
 
 def _view(request: Any) -> dict[str, Any]:
-    return {"view": str(request.view)}
+    return {"view": request.view}
 
 
 def _revision(request: Any) -> dict[str, Any]:
@@ -71,17 +71,17 @@ def _nothing(request: Any) -> dict[str, Any]:
 
 
 def _created(request: Any) -> dict[str, Any]:
-    body = validated(schemas.SchemaBody, as_dict(request.schema))
+    body = validated(calls.SchemaBody, as_dict(request.schema))
     return {"body": body, "schema_id": request.schema_id}
 
 
 _SCHEMA = pb(sc.Schema)
-_COMMIT = _body(schemas.CommitSchemaRequest, "name")
-_ROLLBACK = _body(schemas.RollbackSchemaRequest, "name")
-_VALIDATE = _body(schemas.ValidateSchemaRequest, "parent")
-_VALIDATE_MESSAGE = _body(schemas.ValidateMessageRequest, "parent")
-# method: request type (in google.pubsub_v1.types.schema), access rule and route name,
-# the field naming the resource, the route's other arguments, the response type.
+_COMMIT = _body(calls.CommitSchemaRequest, "name")
+_ROLLBACK = _body(calls.RollbackSchemaRequest, "name")
+_VALIDATE = _body(calls.ValidateSchemaRequest, "parent")
+_VALIDATE_MESSAGE = _body(calls.ValidateMessageRequest, "parent")
+# method: request type (in google.pubsub_v1.types.schema), access rule and call name,
+# the field naming the resource, the call's other arguments, the response type.
 _SPECS = {
     "CreateSchema": ("CreateSchemaRequest", "create_schema", "parent", _created, _SCHEMA),
     "GetSchema": ("GetSchemaRequest", "get_schema", "name", _view, _SCHEMA),
@@ -116,10 +116,10 @@ def _handler(method: str, spec: _Method) -> Handler:
         params = _params(request, spec.where)
         await call.check(spec.rule, params)
         arguments = {**params, **spec.arguments(request), "engine": door.engine}
-        response = await asyncio.to_thread(spec.route, **arguments)
+        answer = await asyncio.to_thread(spec.call, **arguments)
         if spec.response is None:
             return _EMPTY[method]()
-        return from_json(bytes(response.body), spec.response)
+        return from_dict(answer, spec.response)
 
     return handle
 
@@ -127,8 +127,8 @@ def _handler(method: str, spec: _Method) -> Handler:
 def _spec(request: str, rule: str, where: str, arguments: Any, response: Any) -> _Method:
     if isinstance(response, str):
         response = pb(getattr(sc, response))
-    route = getattr(schemas, rule)  # each route is named as its access rule
-    return _Method(pb(getattr(sc, request)), rule, route, where, arguments, response)
+    call = getattr(calls, rule)  # each call is named as its access rule
+    return _Method(pb(getattr(sc, request)), rule, call, where, arguments, response)
 
 
 METHODS: dict[str, dict[str, tuple[type[Message], Handler]]] = {
