@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import urlparse
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from botocore.exceptions import ClientError
 from deltalake import DeltaTable
 
@@ -212,17 +211,6 @@ class FileStats:
             bytes=sum(sizes),
             small_files=sum(1 for s in sizes if s < small_below),
         )
-
-
-def offset_range(table: DeltaTable) -> tuple[int, int]:
-    """A messages table's oldest offset and head (one past the newest), from file statistics."""
-    with storage_errors(table.table_uri):
-        actions = pa.table(table.get_add_actions(flatten=True))
-    if actions.num_rows == 0:
-        return 0, 0
-    low = pc.min(actions.column("min.offset")).as_py()
-    high = pc.max(actions.column("max.offset")).as_py()
-    return int(low), int(high) + 1
 
 
 def newest_change_s(lake: Lake, *parts: str) -> float | None:

@@ -36,12 +36,12 @@ import pyarrow as pa
 from deltalake import write_deltalake
 
 from jobs import runs
-from jobs.common import JobContext, Stopwatch, errored, offset_range, retrying
+from jobs.common import JobContext, Stopwatch, errored, retrying
 from jobs.script import main_for
 from lakepubsub import constants, errors
 from lakepubsub._lake import storage_errors, table_schemas
 from lakepubsub.delivery.leases import LeaseState
-from lakepubsub.publish.messages_table import MessagesTable
+from lakepubsub.publish.messages_table import MessagesTable, offset_range
 from lakepubsub.resources import catalog
 from lakepubsub.resources.subscriptions import Subscription
 from lakepubsub.resources.topics import Topic

@@ -13,7 +13,7 @@ import bisect
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -21,6 +21,9 @@ import pyarrow.parquet as pq
 
 from lakepubsub import metrics
 from lakepubsub._lake import DataFile, Lake, TableLog, storage_errors, table_schemas
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 _TRACKED = ("offset", "publish_time")
 _Mask = Callable[[pa.Table], pa.Array]
@@ -393,3 +396,14 @@ def _by_offset(table: pa.Table) -> pa.Table:
         if not pc.all(pc.less(offsets[:-1], offsets[1:])).as_py():
             return table.sort_by("offset")
     return table
+
+
+def offset_range(table: DeltaTable) -> tuple[int, int]:
+    """A messages table's oldest offset and head (one past the newest), from file statistics."""
+    with storage_errors(table.table_uri):
+        actions = pa.table(table.get_add_actions(flatten=True))
+    if actions.num_rows == 0:
+        return 0, 0
+    low = pc.min(actions.column("min.offset")).as_py()
+    high = pc.max(actions.column("max.offset")).as_py()
+    return int(low), int(high) + 1

@@ -45,7 +45,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as sf
@@ -55,6 +54,7 @@ from lakepubsub import constants, errors
 from lakepubsub._lake import table_schemas
 from lakepubsub.delivery.leases import LEASED, WAITING, LeaseState
 from lakepubsub.engine import Engine
+from lakepubsub.publish.messages_table import offset_range
 from lakepubsub.resources.subscriptions import Subscription
 from lakepubsub.resources.topics import Topic
 from lakepubsub.settings import Settings
@@ -139,7 +139,7 @@ def register(
             topic_rows.append(_topic_row(engine, topic, name, table, live=live))
             latest = loaded if live else _topic_frame(spark, engine, topic, None, None)
             if latest is not None:
-                head = max(_offset_range(latest[1])[1], _intake_head(engine, topic.uid))
+                head = max(offset_range(latest[1])[1], _intake_head(engine, topic.uid))
                 current[topic.uid] = (latest[0], head)
         sub_rows = []
         for sub in subs:
@@ -228,7 +228,7 @@ def _topic_frame(
         if pinned is None and timestamp is None and engine.intake is not None:
             # The newest messages may still be in the intake: the view reads them
             # from there, past the table's head (docs/architecture.md, "The intake").
-            head = _offset_range(table)[1]
+            head = offset_range(table)[1]
             fresh = engine.intake.read(topic.uid, head, engine.intake.next_offset(topic.uid))
             if fresh.num_rows:
                 frame = frame.unionByName(spark.createDataFrame(fresh))
@@ -298,16 +298,6 @@ def _truncations(spark: SparkSession, engine: Engine) -> DataFrame:
     return spark.createDataFrame([], from_arrow_schema(table_schemas.TRUNCATIONS))
 
 
-def _offset_range(table: DeltaTable) -> tuple[int, int]:
-    """A messages table's oldest offset and head (one past the newest), from file statistics."""
-    actions = pa.table(table.get_add_actions(flatten=True))
-    if actions.num_rows == 0:
-        return 0, 0
-    low = pc.min(actions.column("min.offset")).as_py()
-    high = pc.max(actions.column("max.offset")).as_py()
-    return int(low), int(high) + 1
-
-
 def _time(us: int | None) -> datetime | None:
     if not us:
         return None
@@ -323,7 +313,7 @@ def _topic_row(
     engine: Engine, topic: Topic, view: str, table: DeltaTable, *, live: bool
 ) -> tuple[Any, ...]:
     actions = pa.table(table.get_add_actions(flatten=True))
-    oldest, head = _offset_range(table)
+    oldest, head = offset_range(table)
     if live:
         head = max(head, _intake_head(engine, topic.uid))
     return (
