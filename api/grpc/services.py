@@ -92,13 +92,11 @@ async def acknowledge(door: GrpcDoor, request: Any, call: Call) -> Message:
     ack_ids = list(request.ack_ids)
     future = door.engine.acknowledge_future(name, ack_ids)
     # The room frees now, so a stream's next pull can join the ack's commit.
-    out = door.streams.settled(ack_ids)
+    door.streams.settled(ack_ids)
     failures = await asyncio.wrap_future(future)
     error = convert.ack_failures_error(failures)
     if error is not None:
         raise error
-    if out and not failures:
-        door.streams.acked(out)
     return Empty()
 
 

@@ -58,12 +58,6 @@ class Streams:
             last.release(mine)
         return found
 
-    def acked(self, ack_ids: list[str]) -> None:
-        """``ack_ids`` (from ``settled``) were acknowledged. Nothing to remember: the
-        dispatcher answers a later deadline change of theirs without a cycle
-        (``planner.change_leaves_leases``). Kept for ``services.acknowledge``'s call;
-        goes with it."""
-
     def extended(self, ack_ids: list[str], seconds: int, failures: dict[str, str]) -> None:
         if seconds == 0:
             self.settled(ack_ids)
