@@ -40,6 +40,7 @@ from api.auth.iam import (
 from api.auth.identity import Authenticator
 from api.auth.rules import RULES
 from api.auth.settings import POLICY_MAX_STALENESS_S, AuthSettings, parse_api_keys
+from lakepubsub.settings.doors import DoorSettings
 
 __all__ = [
     "POLICY_MAX_STALENESS_S",
@@ -63,7 +64,9 @@ __all__ = [
 def install(app: FastAPI) -> None:
     """Add the IAM routes (before the resource routes they extend), the push keys'
     routes and the middleware."""
-    settings = AuthSettings.from_env()  # a configuration error stops start-up here
+    doors = DoorSettings.from_env()  # a configuration error stops start-up here
+    settings = AuthSettings.of(doors)
+    app.state.door_settings = doors
     app.state.auth_settings = settings
     app.state.policy_view = PolicyView()
     app.include_router(iam.router)

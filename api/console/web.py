@@ -28,7 +28,6 @@ from api.console.sampler import SAMPLE_INTERVAL_S, WINDOW_S, Sampler
 from lakepubsub import Engine, errors
 from lakepubsub.resources import catalog as cat
 from lakepubsub.resources.iam import Resource
-from lakepubsub.settings.doors import DoorSettings
 
 ROOT = "/console"
 # How often an open page fetches its changing part again.
@@ -61,7 +60,7 @@ class Console:
 
 def install(app: FastAPI) -> None:
     """Serve the console at ``/console``; it samples the lake while it is looked at."""
-    interval_s = DoorSettings.from_env().console_sample_s or SAMPLE_INTERVAL_S
+    interval_s = app.state.door_settings.console_sample_s or SAMPLE_INTERVAL_S
     console = Console(Authenticator(app.state.auth_settings), interval_s)
     app.state.console = console
     app.include_router(router)
