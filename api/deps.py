@@ -33,9 +33,11 @@ def json_response(body: Any, status_code: int = 200) -> Response:
     return Response(json_bytes(body), status_code=status_code, media_type="application/json")
 
 
+def page(key: str, items: list[Any], token: str) -> dict[str, Any]:
+    """One page of a list, as both doors answer it: the items under ``key``, and
+    ``nextPageToken`` when more follow."""
+    return {key: items, "nextPageToken": token} if token else {key: items}
+
+
 def page_response(key: str, items: list[Any], token: str) -> Response:
-    """One page of a list: the items under ``key``, and ``nextPageToken`` when more follow."""
-    body: dict[str, Any] = {key: items}
-    if token:
-        body["nextPageToken"] = token
-    return json_response(body)
+    return json_response(page(key, items, token))

@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import Field
 
 from api import convert
+from api.deps import page
 from api.models import Model
 from lakepubsub import Engine, errors
 from lakepubsub.resources.names import SchemaName, validate_project
@@ -73,10 +74,7 @@ def schema_body(schema: Schema, view: str, *, revision: bool = False) -> dict[st
 
 def _page(items: list[Schema], token: str, view: str | int, *, revisions: bool) -> dict[str, Any]:
     shown = view_name(view, "BASIC")
-    page: dict[str, Any] = {"schemas": [schema_body(s, shown, revision=revisions) for s in items]}
-    if token:
-        page["nextPageToken"] = token
-    return page
+    return page("schemas", [schema_body(s, shown, revision=revisions) for s in items], token)
 
 
 def validate_schema(engine: Engine, project: str, body: ValidateSchemaRequest) -> dict[str, Any]:

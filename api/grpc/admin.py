@@ -14,13 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from google.protobuf import empty_pb2, json_format
+from google.protobuf import empty_pb2
 from google.protobuf.message import Message
 from google.pubsub_v1.types import pubsub as ps
 
 from api import convert
 from api import models as m
-from api.grpc.door import Call, GrpcDoor, Handler, as_dict, project_of, validated
+from api.deps import page
+from api.grpc.door import Call, GrpcDoor, Handler, as_dict, from_dict, project_of, validated
 from api.grpc.wire import pb, subscription_name, topic_name
 from lakepubsub import Engine, errors
 from lakepubsub.resources.names import SnapshotName, SubscriptionName
@@ -84,17 +85,9 @@ def _handler(spec: _Method) -> Handler:
         if spec.body is not None and doc is not None:
             body = validated(spec.body, doc, path_fields=spec.path_fields)
         answer = await asyncio.to_thread(spec.work, door.engine, name, body, request)
-        response = spec.response()
-        if answer:
-            json_format.ParseDict(answer, response, ignore_unknown_fields=True)
-        return response
+        return from_dict(answer, spec.response) if answer else spec.response()
 
     return handle
-
-
-def _page(key: str, items: list[Any], token: str) -> dict[str, Any]:
-    """A listing's answer: its items, and the next page's token if there is one."""
-    return {key: items, "nextPageToken": token} if token else {key: items}
 
 
 # -- topics ------------------------------------------------------------------------------------
@@ -117,14 +110,14 @@ def _list_topics(engine: Engine, project: Any, body: Any, request: Any) -> Answe
     topics, token = engine.list_topics(
         project, page_size=request.page_size, page_token=request.page_token
     )
-    return _page("topics", [convert.topic_body(t) for t in topics], token)
+    return page("topics", [convert.topic_body(t) for t in topics], token)
 
 
 def _list_topic_subscriptions(engine: Engine, name: Any, body: Any, request: Any) -> Answer:
     names, token = engine.list_topic_subscriptions(
         name, page_size=request.page_size, page_token=request.page_token
     )
-    return _page("subscriptions", names, token)
+    return page("subscriptions", names, token)
 
 
 def _list_topic_snapshots(engine: Engine, name: Any, body: Any, request: Any) -> Answer:
@@ -163,7 +156,7 @@ def _list_subscriptions(engine: Engine, project: Any, body: Any, request: Any) -
     subs, token = engine.list_subscriptions(
         project, page_size=request.page_size, page_token=request.page_token
     )
-    return _page("subscriptions", [convert.subscription_body(s) for s in subs], token)
+    return page("subscriptions", [convert.subscription_body(s) for s in subs], token)
 
 
 def _delete_subscription(engine: Engine, name: Any, body: Any, request: Any) -> Answer:
@@ -218,7 +211,7 @@ def _list_snapshots(engine: Engine, project: Any, body: Any, request: Any) -> An
     snapshots, token = engine.list_snapshots(
         project, page_size=request.page_size, page_token=request.page_token
     )
-    return _page("snapshots", [convert.snapshot_body(s) for s in snapshots], token)
+    return page("snapshots", [convert.snapshot_body(s) for s in snapshots], token)
 
 
 # -- the tables -------------------------------------------------------------------------------
