@@ -13,6 +13,10 @@ COMMIT_CONFLICTS = Counter(
     "Optimistic commits that lost a race and were retried",
     ["table"],
 )
+CATALOG_FILES_SCANNED = Counter(
+    "lakepubsub_catalog_files_scanned_total",
+    "Catalog data files a catalog change read (the rest were skipped by their statistics)",
+)
 COMMIT_SECONDS = Histogram(
     "lakepubsub_commit_seconds", "Delta commit latency", ["table"], buckets=_LATENCY_BUCKETS_S
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from prometheus_client import REGISTRY
 
 from lakepubsub import (
     Engine,
@@ -101,3 +102,22 @@ def test_two_engines_see_each_others_topics(lake) -> None:  # type: ignore[no-un
         assert b.get_topic(TopicName("proj", "shared")).uid
         with pytest.raises(errors.AlreadyExists):
             b.create_topic(Topic(TopicName("proj", "shared")))
+
+
+def test_a_catalog_change_reads_only_the_files_that_may_hold_it(engine: Engine) -> None:
+    """Each create adds a catalog file; a later change must not read them all (on S3,
+    a GET each: creates slowed from 0.28 s to 1.7 s over 150 entries)."""
+
+    def scanned() -> float:
+        return REGISTRY.get_sample_value("lakepubsub_catalog_files_scanned_total") or 0.0
+
+    for i in range(12):
+        engine.create_topic(Topic(TopicName("proj", f"filler-{i}")))
+    before = scanned()
+    engine.create_topic(Topic(TopicName("proj", "one-more")))
+    engine.delete_topic(TopicName("proj", "filler-3"))
+    assert scanned() - before <= 1  # the file holding filler-3
+    with pytest.raises(errors.NotFound):
+        engine.get_topic(TopicName("proj", "filler-3"))
+    assert engine.get_topic(TopicName("proj", "filler-4")).name.id == "filler-4"
+    assert len(engine.list_topics("proj")[0]) == 12

@@ -172,10 +172,10 @@ class Catalog:
         source = pa.Table.from_pylist(rows, schema=_SOURCE)
         started = time.perf_counter()
         with storage_errors("catalog"):
-            (
+            merged = (
                 self._table.merge(
                     source,
-                    predicate="t.kind = s.kind AND t.project = s.project AND t.name = s.name",
+                    predicate=_merge_predicate([*(e.key for e in changes.put), *changes.delete]),
                     source_alias="s",
                     target_alias="t",
                     commit_properties=CommitProperties(max_commit_retries=0),
@@ -185,6 +185,7 @@ class Catalog:
                 .when_not_matched_insert(updates=_UPDATES, predicate="s.op = 'put'")
                 .execute()
             )
+        metrics.CATALOG_FILES_SCANNED.inc(merged.get("num_target_files_scanned", 0))
         metrics.COMMITS.labels("catalog").inc()
         metrics.COMMIT_SECONDS.labels("catalog").observe(time.perf_counter() - started)
         entries = dict(self._view.entries)
@@ -196,6 +197,23 @@ class Catalog:
 
     def close(self) -> None:
         """Nothing to flush: every change is committed before ``transact`` returns."""
+
+
+def _merge_predicate(keys: list[Key]) -> str:
+    """The MERGE's match, plus the changed keys as literals on the target: with them
+    delta-rs skips, by the files' min/max statistics, every catalog file that cannot
+    hold a changed entry. Without them it reads every file, so a create cost a GET per
+    live catalog file (on moto S3, 0.28 s at 10 entries, 1.7 s at 150)."""
+    literals = " OR ".join(
+        f"(t.kind = {_sql(kind)} AND t.project = {_sql(project)} AND t.name = {_sql(name)})"
+        for kind, project, name in keys
+    )
+    return f"t.kind = s.kind AND t.project = s.project AND t.name = s.name AND ({literals})"
+
+
+def _sql(text: str) -> str:
+    """``text`` as an SQL string literal."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 _SOURCE = pa.schema(
