@@ -1,4 +1,5 @@
-"""Line charts drawn as SVG on the server: no script, no library in the browser.
+"""Line charts drawn as SVG on the server: no script, no library in the browser; and
+the numbers, times and rates the pages show as text.
 
 Written here because the charts are one polyline each; a plotting package would
 bring its own browser bundle for that.
@@ -7,6 +8,8 @@ bring its own browser bundle for that.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 from markupsafe import Markup, escape
 
@@ -121,3 +124,18 @@ def spark(
         f'<svg class="spark" width="{width}" height="{height}" aria-label="{escape(label)}" '
         f'data-points="{len(shown)}"><polyline points="{coords}" class="l"/></svg>'
     )
+
+
+# -- times, rates and series -------------------------------------------------------------
+
+
+def when(us: int) -> str:
+    return datetime.fromtimestamp(us / 1e6, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def rate_text(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def series_of(points: list[Any], attr: str) -> list[tuple[float, float]]:
+    return [(p.t, float(getattr(p, attr))) for p in points]

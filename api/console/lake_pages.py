@@ -11,20 +11,11 @@ from fastapi import Request
 from starlette.responses import Response
 
 from api.console.access import Viewer
-from api.console.charts import duration, human, line
+from api.console.charts import duration, human, line, series_of, when
 from api.console.maintenance import JOBS, JobCommit, Seen, kept_from
 from api.console.sampler import S3, Sampler, Series, per_second, rate
 from api.console.tables import Footprint
-from api.console.web import (
-    engine_of,
-    page,
-    router,
-    sampled,
-    series_of,
-    sub_resource,
-    topic_resource,
-    when,
-)
+from api.console.web import engine_of, page, router, sampled, sub_resource, topic_resource
 from lakepubsub import errors
 from lakepubsub._lake.meter import METER, SECONDS_PER_MONTH, USD_PER_1000
 from lakepubsub.resources import catalog as cat

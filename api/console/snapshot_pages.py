@@ -10,8 +10,8 @@ from fastapi import Request
 from starlette.responses import Response
 
 from api.console.access import Viewer
-from api.console.charts import duration
-from api.console.web import matches, page, router, sub_resource, when
+from api.console.charts import duration, when
+from api.console.web import matches, page, router, sub_resource
 from lakepubsub.resources import catalog as cat
 from lakepubsub.resources.iam import Resource
 from lakepubsub.resources.names import SnapshotName

@@ -11,30 +11,28 @@ from starlette.responses import RedirectResponse, Response
 
 from api.console import browse
 from api.console.access import BROWSE, Viewer
-from api.console.charts import duration, human, line, spark
-from api.console.sampler import SubscriptionPoint, per_second, rate
+from api.console.charts import duration, human, line, rate_text, series_of, spark, when
+from api.console.sampler import Sampler, per_second, rate
 from api.console.web import (
     ROOT,
+    backlog_cells,
     console_of,
     engine_of,
+    entry_of,
     live_list,
     matches,
     page,
     parse_int,
     parse_time_us,
-    rate_text,
+    resource_page,
     router,
     sampled,
-    series_of,
     sub_resource,
     topic_resource,
-    when,
 )
-from lakepubsub import errors
 from lakepubsub.resources import catalog as cat
+from lakepubsub.resources.directory import topic_of
 from lakepubsub.resources.iam import Resource
-from lakepubsub.resources.names import TopicName
-from lakepubsub.resources.topics import Topic
 
 
 @router.get("")
@@ -78,62 +76,48 @@ async def topics(request: Request, q: str = "") -> Response:
     return await page(request, "topics", build)
 
 
-@router.get("/topics/{project}/{topic}")
-async def topic(request: Request, project: str, topic: str) -> Response:
-    sampler, window = sampled(request)
-
-    def build(v: Viewer) -> tuple[str, dict[str, Any]]:
-        v.require("pubsub.topics.get", topic_resource(project, topic))
-        entry = v.view.get(cat.TOPIC, project, topic)
-        if entry is None:
-            raise errors.NotFound(f"Topic not found: projects/{project}/topics/{topic}")
-        t = Topic.from_spec(TopicName(project, topic), entry.uid, entry.created_us, entry.spec)
-        now = time.time()
-        heads = series_of(sampler.points(entry.uid), "head")
-        series = sampler.series(entry.uid)
-        subs = []
-        for e in v.view.attached_to(entry.uid):
-            if e.kind != cat.SUBSCRIPTION:
-                continue
-            if not v.may("pubsub.subscriptions.get", sub_resource(e.project, e.name)):
-                continue
-            points = [p for p in sampler.points(e.uid) if isinstance(p, SubscriptionPoint)]
-            last = points[-1] if points else None
-            subs.append(
-                {
-                    "project": e.project,
-                    "id": e.name,
-                    "backlog": f"{last.backlog:,}" if last else "-",
-                    "oldest": duration(last.oldest_unacked_s) if last else "-",
-                }
-            )
-        settings = t.schema_settings
-        return "topic.html", {
-            "title": f"Topic {project}/{topic}",
-            "live": True,
-            "may_browse": v.may(BROWSE, Resource.of_project(project)),
-            "t": {
-                "name": t.name.path,
-                "project": project,
-                "id": topic,
-                "retention": "forever" if t.keeps_forever else duration(t.history_s),
-                "schema": f"{settings.schema} ({settings.encoding})" if settings else "",
-                "labels": ", ".join(f"{k}={val}" for k, val in sorted(t.labels.items())),
-                "head": f"{int(heads[-1][1]):,}" if heads else "-",
-                "rate": rate_text(rate(heads)),
-                "size": human(series.size.bytes, "B") if series and series.size else "-",
-                "rate_chart": line(
-                    per_second(heads),
-                    now=now,
-                    window_s=window,
-                    title="Publish rate (msgs/s)",
-                ),
-                "head_chart": line(heads, now=now, window_s=window, title="Messages published"),
-                "subscriptions": subs,
-            },
-        }
-
-    return await page(request, "topics", build)
+@resource_page(cat.TOPIC)
+def topic(
+    v: Viewer, entry: cat.Entry, sampler: Sampler, window: float
+) -> tuple[str, dict[str, Any]]:
+    t = topic_of(entry)
+    project, topic_id = entry.project, entry.name
+    now = time.time()
+    heads = series_of(sampler.points(entry.uid), "head")
+    series = sampler.series(entry.uid)
+    subs = []
+    for e in v.view.attached_to(entry.uid):
+        if e.kind != cat.SUBSCRIPTION:
+            continue
+        if not v.may("pubsub.subscriptions.get", sub_resource(e.project, e.name)):
+            continue
+        cells = backlog_cells(sampler.subscription_points(e.uid))
+        subs.append({"project": e.project, "id": e.name, **cells})
+    settings = t.schema_settings
+    return "topic.html", {
+        "title": f"Topic {project}/{topic_id}",
+        "live": True,
+        "may_browse": v.may(BROWSE, Resource.of_project(project)),
+        "t": {
+            "name": t.name.path,
+            "project": project,
+            "id": topic_id,
+            "retention": "forever" if t.keeps_forever else duration(t.history_s),
+            "schema": f"{settings.schema} ({settings.encoding})" if settings else "",
+            "labels": ", ".join(f"{k}={val}" for k, val in sorted(t.labels.items())),
+            "head": f"{int(heads[-1][1]):,}" if heads else "-",
+            "rate": rate_text(rate(heads)),
+            "size": human(series.size.bytes, "B") if series and series.size else "-",
+            "rate_chart": line(
+                per_second(heads),
+                now=now,
+                window_s=window,
+                title="Publish rate (msgs/s)",
+            ),
+            "head_chart": line(heads, now=now, window_s=window, title="Messages published"),
+            "subscriptions": subs,
+        },
+    }
 
 
 @router.get("/topics/{project}/{topic}/messages")
@@ -154,9 +138,7 @@ async def messages(request: Request, project: str, topic: str) -> Response:
     def build(v: Viewer) -> tuple[str, dict[str, Any]]:
         v.require("pubsub.topics.get", topic_resource(project, topic))
         v.require(BROWSE, Resource.of_project(project))
-        entry = v.view.get(cat.TOPIC, project, topic)
-        if entry is None:
-            raise errors.NotFound(f"Topic not found: projects/{project}/topics/{topic}")
+        entry = entry_of(v, cat.TOPIC, project, topic)
         query = browse.Query(
             start=parse_int(form["start"], "start"),
             end=parse_int(form["end"], "end"),

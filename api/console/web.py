@@ -24,7 +24,8 @@ from starlette.responses import RedirectResponse, Response
 from api.auth import Authenticator
 from api.console import browse
 from api.console.access import COOKIE, Viewer, viewer
-from api.console.sampler import SAMPLE_INTERVAL_S, WINDOW_S, Sampler
+from api.console.charts import duration, human, rate_text, series_of
+from api.console.sampler import SAMPLE_INTERVAL_S, WINDOW_S, Sampler, SubscriptionPoint, rate
 from lakepubsub import Engine, errors
 from lakepubsub.resources import catalog as cat
 from lakepubsub.resources.iam import Resource
@@ -148,10 +149,6 @@ def live_list(
     }
 
 
-def when(us: int) -> str:
-    return datetime.fromtimestamp(us / 1e6, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
 def matches(q: str, *texts: str) -> bool:
     q = q.strip().lower()
     return not q or any(q in t.lower() for t in texts)
@@ -165,8 +162,55 @@ def sub_resource(project: str, subscription: str) -> Resource:
     return Resource(cat.SUBSCRIPTION, project, subscription)
 
 
-def series_of(points: list[Any], attr: str) -> list[tuple[float, float]]:
-    return [(p.t, float(getattr(p, attr))) for p in points]
+def backlog_cells(points: list[SubscriptionPoint]) -> dict[str, str]:
+    """A subscription's backlog as last sampled (``-`` before the first sample) and its
+    delivery rate, as the lists and its page show them."""
+    last = points[-1] if points else None
+    return {
+        "backlog": f"{last.backlog:,}" if last else "-",
+        "backlog_bytes": human(last.backlog_bytes, "B") if last else "-",
+        "oldest": duration(last.oldest_unacked_s) if last else "-",
+        "rate": rate_text(rate(series_of(points, "deliveries"))),
+        "leases_out": f"{last.leases_out:,}" if last else "-",
+    }
+
+
+# How Pub/Sub words a missing resource of each kind a page shows.
+_MISSING = {cat.TOPIC: "Topic not found", cat.SUBSCRIPTION: "Subscription does not exist"}
+
+
+def entry_of(v: Viewer, kind: str, project: str, name: str) -> cat.Entry:
+    """The catalog entry of the resource a page shows; ``NotFound`` without one."""
+    entry = v.view.get(kind, project, name)
+    if entry is None:
+        raise errors.NotFound(f"{_MISSING[kind]}: projects/{project}/{kind}s/{name}")
+    return entry
+
+
+# A resource page's content, from the viewer, the resource's catalog entry, the
+# sampler and the charts' window (seconds): its template and their context.
+EntryBuild = Callable[[Viewer, cat.Entry, Sampler, float], tuple[str, dict[str, Any]]]
+
+
+def resource_page(kind: str) -> Callable[[EntryBuild], EntryBuild]:
+    """Serves the function it decorates as the live page of one resource of ``kind``
+    (``/topics/{project}/{name}``), in its list's section: built once the viewer may get
+    the resource, and it exists."""
+
+    def register(build: EntryBuild) -> EntryBuild:
+        async def endpoint(request: Request, project: str, name: str) -> Response:
+            sampler, window = sampled(request)
+
+            def built(v: Viewer) -> tuple[str, dict[str, Any]]:
+                v.require(f"pubsub.{kind}s.get", Resource(kind, project, name))
+                return build(v, entry_of(v, kind, project, name), sampler, window)
+
+            return await page(request, f"{kind}s", built)
+
+        router.add_api_route(f"/{kind}s/{{project}}/{{name}}", endpoint, methods=["GET"], name=kind)
+        return build
+
+    return register
 
 
 def sampled(request: Request) -> tuple[Sampler, float]:
@@ -181,10 +225,6 @@ def window_of(request: Request) -> float:
     except ValueError:
         minutes = WINDOW_S / 60
     return min(WINDOW_S, max(60.0, minutes * 60))
-
-
-def rate_text(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.1f}"
 
 
 def parse_int(text: str, name: str) -> int | None:
