@@ -8,6 +8,7 @@ bring its own browser bundle for that.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -124,6 +125,20 @@ def spark(
         f'<svg class="spark" width="{width}" height="{height}" aria-label="{escape(label)}" '
         f'data-points="{len(shown)}"><polyline points="{coords}" class="l"/></svg>'
     )
+
+
+@dataclass(frozen=True)
+class Window:
+    """What a page's charts show: the ``span_s`` seconds up to ``now``."""
+
+    now: float
+    span_s: float
+
+    def line(self, points: Sequence[tuple[float, float]], *, title: str, unit: str = "") -> Markup:
+        return line(points, now=self.now, window_s=self.span_s, title=title, unit=unit)
+
+    def spark(self, points: Sequence[tuple[float, float]], *, label: str) -> Markup:
+        return spark(points, now=self.now, window_s=self.span_s, label=label)
 
 
 # -- times, rates and series -------------------------------------------------------------

@@ -9,11 +9,12 @@ from fastapi import Request
 from starlette.responses import Response
 
 from api.console.access import Viewer
-from api.console.charts import duration, human, line, series_of, spark, when
+from api.console.charts import Window, duration, human, series_of, when
 from api.console.replay import MAX_REPLAY
 from api.console.sampler import Sampler, per_second
 from api.console.tables import pending_events
 from api.console.web import (
+    Page,
     backlog_cells,
     live_list,
     matches,
@@ -37,10 +38,10 @@ SHOWN_LEASES = 20
 
 @router.get("/subscriptions")
 async def subscriptions(request: Request, q: str = "") -> Response:
-    sampler, window = sampled(request)
+    sampler, window_s = sampled(request)
 
-    def build(v: Viewer) -> tuple[str, dict[str, Any]]:
-        now = time.time()
+    def build(v: Viewer) -> Page:
+        window = Window(time.time(), window_s)
         topic_names = {e.uid: f"{e.project}/{e.name}" for e in v.view.of_kind(cat.TOPIC)}
         rows = []
         for e in v.view.of_kind(cat.SUBSCRIPTION):
@@ -56,9 +57,7 @@ async def subscriptions(request: Request, q: str = "") -> Response:
                     "id": e.name,
                     "topic": topic_name,
                     **backlog_cells(points),
-                    "spark": spark(
-                        series_of(points, "backlog"), now=now, window_s=window, label="backlog"
-                    ),
+                    "spark": window.spark(series_of(points, "backlog"), label="backlog"),
                 }
             )
         return live_list("subscriptions.html", "Subscriptions", rows, q, sampler)
@@ -67,12 +66,8 @@ async def subscriptions(request: Request, q: str = "") -> Response:
 
 
 @resource_page(cat.SUBSCRIPTION)
-def subscription(
-    v: Viewer, entry: cat.Entry, sampler: Sampler, window: float
-) -> tuple[str, dict[str, Any]]:
+def subscription(v: Viewer, entry: cat.Entry, sampler: Sampler, window: Window) -> Page:
     sub = subscription_of(entry)
-    project, sub_id = entry.project, entry.name
-    now = time.time()
     points = sampler.subscription_points(entry.uid)
     state = sampler.series(entry.uid)
     leases = []
@@ -84,7 +79,7 @@ def subscription(
                 for (kind, _), r in lease_state.rows.items()
                 if kind == table_schemas.KIND_MESSAGE
                 and r.state == LEASED
-                and r.deadline_us > now * 1e6
+                and r.deadline_us > window.now * 1e6
             ),
             key=lambda r: r.offset,
         )
@@ -93,7 +88,7 @@ def subscription(
                 {
                     "offset": r.offset,
                     "attempt": r.attempt,
-                    "deadline": duration(max(0.0, r.deadline_us / 1e6 - now)),
+                    "deadline": duration(max(0.0, r.deadline_us / 1e6 - window.now)),
                     "ordering_key": r.ordering_key or "",
                 }
             )
@@ -113,39 +108,24 @@ def subscription(
         for t in [*sampler.truncations(entry.uid), *pending][::-1]
     ]
     charts = [
-        line(series_of(points, "backlog"), now=now, window_s=window, title="Backlog (msgs)"),
-        line(
-            series_of(points, "backlog_bytes"),
-            now=now,
-            window_s=window,
-            title="Backlog (bytes)",
-            unit="B",
-        ),
-        line(
-            series_of(points, "oldest_unacked_s"),
-            now=now,
-            window_s=window,
-            title="Oldest unacked age (s)",
-        ),
-        line(
-            per_second(series_of(points, "deliveries")),
-            now=now,
-            window_s=window,
-            title="Delivered (msgs/s)",
-        ),
+        window.line(series_of(points, "backlog"), title="Backlog (msgs)"),
+        window.line(series_of(points, "backlog_bytes"), title="Backlog (bytes)", unit="B"),
+        window.line(series_of(points, "oldest_unacked_s"), title="Oldest unacked age (s)"),
+        window.line(per_second(series_of(points, "deliveries")), title="Delivered (msgs/s)"),
     ]
-    may_act = v.may("pubsub.subscriptions.consume", sub_resource(project, sub_id))
+    may_act = v.may("pubsub.subscriptions.consume", sub_resource(entry.project, entry.name))
     return "subscription.html", {
-        "title": f"Subscription {project}/{sub_id}",
+        "title": f"Subscription {entry.project}/{entry.name}",
         "live": True,
         "may_act": may_act,
-        "may_snapshot": may_act and v.may("pubsub.snapshots.create", Resource.of_project(project)),
+        "may_snapshot": may_act
+        and v.may("pubsub.snapshots.create", Resource.of_project(entry.project)),
         "snapshots": _seekable(v, entry.topic_uid or "") if may_act else [],
         "dead_letter": _dead_letter(v, sampler, sub) if may_act else None,
         "s": {
             "name": sub.name.path,
-            "project": project,
-            "id": sub_id,
+            "project": entry.project,
+            "id": entry.name,
             "settings": _settings(sub),
             **backlog_cells(points),
             "charts": charts,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 from urllib.parse import urlencode
 
 from fastapi import Request
@@ -11,10 +10,11 @@ from starlette.responses import RedirectResponse, Response
 
 from api.console import browse
 from api.console.access import BROWSE, Viewer
-from api.console.charts import duration, human, line, rate_text, series_of, spark, when
+from api.console.charts import Window, duration, human, rate_text, series_of, when
 from api.console.sampler import Sampler, per_second, rate
 from api.console.web import (
     ROOT,
+    Page,
     backlog_cells,
     console_of,
     engine_of,
@@ -43,10 +43,10 @@ def home() -> Response:
 
 @router.get("/topics")
 async def topics(request: Request, q: str = "") -> Response:
-    sampler, window = sampled(request)
+    sampler, window_s = sampled(request)
 
-    def build(v: Viewer) -> tuple[str, dict[str, Any]]:
-        now = time.time()
+    def build(v: Viewer) -> Page:
+        window = Window(time.time(), window_s)
         subscriptions: dict[str, int] = {}
         for e in v.view.of_kind(cat.SUBSCRIPTION):
             subscriptions[e.topic_uid or ""] = subscriptions.get(e.topic_uid or "", 0) + 1
@@ -66,9 +66,7 @@ async def topics(request: Request, q: str = "") -> Response:
                     "rate": rate_text(rate(heads)),
                     "subscriptions": subscriptions.get(e.uid, 0),
                     "size": human(series.size.bytes, "B") if series and series.size else "-",
-                    "spark": spark(
-                        per_second(heads), now=now, window_s=window, label="publish rate"
-                    ),
+                    "spark": window.spark(per_second(heads), label="publish rate"),
                 }
             )
         return live_list("topics.html", "Topics", rows, q, sampler)
@@ -77,12 +75,8 @@ async def topics(request: Request, q: str = "") -> Response:
 
 
 @resource_page(cat.TOPIC)
-def topic(
-    v: Viewer, entry: cat.Entry, sampler: Sampler, window: float
-) -> tuple[str, dict[str, Any]]:
+def topic(v: Viewer, entry: cat.Entry, sampler: Sampler, window: Window) -> Page:
     t = topic_of(entry)
-    project, topic_id = entry.project, entry.name
-    now = time.time()
     heads = series_of(sampler.points(entry.uid), "head")
     series = sampler.series(entry.uid)
     subs = []
@@ -95,26 +89,21 @@ def topic(
         subs.append({"project": e.project, "id": e.name, **cells})
     settings = t.schema_settings
     return "topic.html", {
-        "title": f"Topic {project}/{topic_id}",
+        "title": f"Topic {entry.project}/{entry.name}",
         "live": True,
-        "may_browse": v.may(BROWSE, Resource.of_project(project)),
+        "may_browse": v.may(BROWSE, Resource.of_project(entry.project)),
         "t": {
             "name": t.name.path,
-            "project": project,
-            "id": topic_id,
+            "project": entry.project,
+            "id": entry.name,
             "retention": "forever" if t.keeps_forever else duration(t.history_s),
             "schema": f"{settings.schema} ({settings.encoding})" if settings else "",
             "labels": ", ".join(f"{k}={val}" for k, val in sorted(t.labels.items())),
             "head": f"{int(heads[-1][1]):,}" if heads else "-",
             "rate": rate_text(rate(heads)),
             "size": human(series.size.bytes, "B") if series and series.size else "-",
-            "rate_chart": line(
-                per_second(heads),
-                now=now,
-                window_s=window,
-                title="Publish rate (msgs/s)",
-            ),
-            "head_chart": line(heads, now=now, window_s=window, title="Messages published"),
+            "rate_chart": window.line(per_second(heads), title="Publish rate (msgs/s)"),
+            "head_chart": window.line(heads, title="Messages published"),
             "subscriptions": subs,
         },
     }
@@ -135,7 +124,7 @@ async def messages(request: Request, project: str, topic: str) -> Response:
         "as_": params.get("as", "text"),
     }
 
-    def build(v: Viewer) -> tuple[str, dict[str, Any]]:
+    def build(v: Viewer) -> Page:
         v.require("pubsub.topics.get", topic_resource(project, topic))
         v.require(BROWSE, Resource.of_project(project))
         entry = entry_of(v, cat.TOPIC, project, topic)

@@ -8,6 +8,7 @@ its own: the numbers come from the sampler's rings.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from starlette.responses import RedirectResponse, Response
 from api.auth import Authenticator
 from api.console import browse
 from api.console.access import COOKIE, Viewer, viewer
-from api.console.charts import duration, human, rate_text, series_of
+from api.console.charts import Window, duration, human, rate_text, series_of
 from api.console.sampler import SAMPLE_INTERVAL_S, WINDOW_S, Sampler, SubscriptionPoint, rate
 from lakepubsub import Engine, errors
 from lakepubsub.resources import catalog as cat
@@ -36,7 +37,9 @@ REFRESH_S = 5.0
 _TEMPLATES = Path(__file__).parent / "templates"
 
 router = APIRouter(prefix=ROOT, include_in_schema=False)
-Build = Callable[[Viewer], tuple[str, dict[str, Any]]]
+# A page: its template and their context.
+Page = tuple[str, dict[str, Any]]
+Build = Callable[[Viewer], Page]
 
 
 @dataclass
@@ -136,7 +139,7 @@ async def page(request: Request, section: str, build: Build) -> Response:
 
 def live_list(
     template: str, title: str, rows: list[dict[str, Any]], q: str, sampler: Sampler
-) -> tuple[str, dict[str, Any]]:
+) -> Page:
     """A list page that refreshes itself (topics, subscriptions): its rows, the search
     and how often the sampler looks."""
     return template, {
@@ -187,9 +190,9 @@ def entry_of(v: Viewer, kind: str, project: str, name: str) -> cat.Entry:
     return entry
 
 
-# A resource page's content, from the viewer, the resource's catalog entry, the
-# sampler and the charts' window (seconds): its template and their context.
-EntryBuild = Callable[[Viewer, cat.Entry, Sampler, float], tuple[str, dict[str, Any]]]
+# A resource page, from the viewer, the resource's catalog entry, the sampler and
+# what the charts show.
+EntryBuild = Callable[[Viewer, cat.Entry, Sampler, Window], Page]
 
 
 def resource_page(kind: str) -> Callable[[EntryBuild], EntryBuild]:
@@ -199,11 +202,12 @@ def resource_page(kind: str) -> Callable[[EntryBuild], EntryBuild]:
 
     def register(build: EntryBuild) -> EntryBuild:
         async def endpoint(request: Request, project: str, name: str) -> Response:
-            sampler, window = sampled(request)
+            sampler, window_s = sampled(request)
 
-            def built(v: Viewer) -> tuple[str, dict[str, Any]]:
+            def built(v: Viewer) -> Page:
                 v.require(f"pubsub.{kind}s.get", Resource(kind, project, name))
-                return build(v, entry_of(v, kind, project, name), sampler, window)
+                entry = entry_of(v, kind, project, name)
+                return build(v, entry, sampler, Window(time.time(), window_s))
 
             return await page(request, f"{kind}s", built)
 
