@@ -11,6 +11,7 @@ from starlette.responses import RedirectResponse, Response
 
 from api.console import replay as dead_letters
 from api.console.access import COOKIE, Viewer, viewer
+from api.console.charts import when
 from api.console.web import (
     ROOT,
     common,
@@ -21,7 +22,6 @@ from api.console.web import (
     router,
     sub_resource,
     topic_resource,
-    when,
 )
 from lakepubsub import Engine, errors
 from lakepubsub.resources.iam import Resource

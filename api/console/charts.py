@@ -1,4 +1,5 @@
-"""Line charts drawn as SVG on the server: no script, no library in the browser.
+"""Line charts drawn as SVG on the server: no script, no library in the browser; and
+the numbers, times and rates the pages show as text.
 
 Written here because the charts are one polyline each; a plotting package would
 bring its own browser bundle for that.
@@ -7,6 +8,9 @@ bring its own browser bundle for that.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
 
 from markupsafe import Markup, escape
 
@@ -121,3 +125,32 @@ def spark(
         f'<svg class="spark" width="{width}" height="{height}" aria-label="{escape(label)}" '
         f'data-points="{len(shown)}"><polyline points="{coords}" class="l"/></svg>'
     )
+
+
+@dataclass(frozen=True)
+class Window:
+    """What a page's charts show: the ``span_s`` seconds up to ``now``."""
+
+    now: float
+    span_s: float
+
+    def line(self, points: Sequence[tuple[float, float]], *, title: str, unit: str = "") -> Markup:
+        return line(points, now=self.now, window_s=self.span_s, title=title, unit=unit)
+
+    def spark(self, points: Sequence[tuple[float, float]], *, label: str) -> Markup:
+        return spark(points, now=self.now, window_s=self.span_s, label=label)
+
+
+# -- times, rates and series -------------------------------------------------------------
+
+
+def when(us: int) -> str:
+    return datetime.fromtimestamp(us / 1e6, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def rate_text(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def series_of(points: list[Any], attr: str) -> list[tuple[float, float]]:
+    return [(p.t, float(getattr(p, attr))) for p in points]

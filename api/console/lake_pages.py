@@ -11,20 +11,11 @@ from fastapi import Request
 from starlette.responses import Response
 
 from api.console.access import Viewer
-from api.console.charts import duration, human, line
+from api.console.charts import duration, human, line, series_of, when
 from api.console.maintenance import JOBS, JobCommit, Seen, kept_from
 from api.console.sampler import S3, Sampler, Series, per_second, rate
 from api.console.tables import Footprint
-from api.console.web import (
-    engine_of,
-    page,
-    router,
-    sampled,
-    series_of,
-    sub_resource,
-    topic_resource,
-    when,
-)
+from api.console.web import Page, engine_of, page, router, sampled, sub_resource, topic_resource
 from lakepubsub import errors
 from lakepubsub._lake.meter import METER, SECONDS_PER_MONTH, USD_PER_1000
 from lakepubsub.resources import catalog as cat
@@ -38,7 +29,7 @@ _US_PER_MS = 1000
 async def schema_list(request: Request) -> Response:
     engine = engine_of(request)
 
-    def build(v: Viewer) -> tuple[str, dict[str, Any]]:
+    def build(v: Viewer) -> Page:
         rows = []
         for e in v.view.of_kind("schema"):
             if not v.may("pubsub.schemas.get", Resource("schema", e.project, e.name)):
@@ -66,7 +57,7 @@ async def lake(request: Request) -> Response:
     engine = engine_of(request)
     sampler, window = sampled(request)
 
-    def build(v: Viewer) -> tuple[str, dict[str, Any]]:
+    def build(v: Viewer) -> Page:
         tables = []
         for name in ("catalog", "truncations"):
             series = sampler.series(name)

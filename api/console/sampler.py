@@ -176,6 +176,10 @@ class Sampler:
             found = self._series.get(uid)
             return list(found.points) if found is not None else []
 
+    def subscription_points(self, uid: str) -> list[SubscriptionPoint]:
+        """The points of the subscription ``uid``, oldest first."""
+        return [p for p in self.points(uid) if isinstance(p, SubscriptionPoint)]
+
     def touch(self) -> None:
         """A console request: start sampling if it is not running."""
         self._last_request = time.monotonic()

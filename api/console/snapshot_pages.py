@@ -4,14 +4,13 @@ subscription's page: ``api/console/actions.py``)."""
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from fastapi import Request
 from starlette.responses import Response
 
 from api.console.access import Viewer
-from api.console.charts import duration
-from api.console.web import matches, page, router, sub_resource, when
+from api.console.charts import duration, when
+from api.console.web import Page, matches, page, router, sub_resource
 from lakepubsub.resources import catalog as cat
 from lakepubsub.resources.iam import Resource
 from lakepubsub.resources.names import SnapshotName
@@ -20,7 +19,7 @@ from lakepubsub.resources.snapshots import Snapshot
 
 @router.get("/snapshots")
 async def snapshots(request: Request, q: str = "") -> Response:
-    def build(v: Viewer) -> tuple[str, dict[str, Any]]:
+    def build(v: Viewer) -> Page:
         now = time.time()
         topics = {e.uid: e for e in v.view.of_kind(cat.TOPIC)}
         rows = []

@@ -9,25 +9,25 @@ from fastapi import Request
 from starlette.responses import Response
 
 from api.console.access import Viewer
-from api.console.charts import duration, human, line, spark
+from api.console.charts import Window, duration, human, series_of, when
 from api.console.replay import MAX_REPLAY
-from api.console.sampler import Sampler, SubscriptionPoint, per_second, rate
+from api.console.sampler import Sampler, per_second
 from api.console.tables import pending_events
 from api.console.web import (
+    Page,
+    backlog_cells,
     live_list,
     matches,
     page,
-    rate_text,
+    resource_page,
     router,
     sampled,
-    series_of,
     sub_resource,
-    when,
 )
-from lakepubsub import errors
 from lakepubsub._lake import table_schemas
 from lakepubsub.delivery.leases import LEASED
 from lakepubsub.resources import catalog as cat
+from lakepubsub.resources.directory import subscription_of
 from lakepubsub.resources.iam import Resource
 from lakepubsub.resources.names import SnapshotName, SubscriptionName
 from lakepubsub.resources.subscriptions import Subscription
@@ -38,10 +38,10 @@ SHOWN_LEASES = 20
 
 @router.get("/subscriptions")
 async def subscriptions(request: Request, q: str = "") -> Response:
-    sampler, window = sampled(request)
+    sampler, window_s = sampled(request)
 
-    def build(v: Viewer) -> tuple[str, dict[str, Any]]:
-        now = time.time()
+    def build(v: Viewer) -> Page:
+        window = Window(time.time(), window_s)
         topic_names = {e.uid: f"{e.project}/{e.name}" for e in v.view.of_kind(cat.TOPIC)}
         rows = []
         for e in v.view.of_kind(cat.SUBSCRIPTION):
@@ -50,21 +50,14 @@ async def subscriptions(request: Request, q: str = "") -> Response:
                 continue
             if not v.may("pubsub.subscriptions.get", sub_resource(e.project, e.name)):
                 continue
-            points = [p for p in sampler.points(e.uid) if isinstance(p, SubscriptionPoint)]
-            last = points[-1] if points else None
+            points = sampler.subscription_points(e.uid)
             rows.append(
                 {
                     "project": e.project,
                     "id": e.name,
                     "topic": topic_name,
-                    "backlog": f"{last.backlog:,}" if last else "-",
-                    "backlog_bytes": human(last.backlog_bytes, "B") if last else "-",
-                    "oldest": duration(last.oldest_unacked_s) if last else "-",
-                    "rate": rate_text(rate(series_of(points, "deliveries"))),
-                    "leases_out": f"{last.leases_out:,}" if last else "-",
-                    "spark": spark(
-                        series_of(points, "backlog"), now=now, window_s=window, label="backlog"
-                    ),
+                    **backlog_cells(points),
+                    "spark": window.spark(series_of(points, "backlog"), label="backlog"),
                 }
             )
         return live_list("subscriptions.html", "Subscriptions", rows, q, sampler)
@@ -72,115 +65,75 @@ async def subscriptions(request: Request, q: str = "") -> Response:
     return await page(request, "subscriptions", build)
 
 
-@router.get("/subscriptions/{project}/{subscription}")
-async def subscription(request: Request, project: str, subscription: str) -> Response:
-    sampler, window = sampled(request)
-
-    def build(v: Viewer) -> tuple[str, dict[str, Any]]:
-        resource = sub_resource(project, subscription)
-        v.require("pubsub.subscriptions.get", resource)
-        entry = v.view.get(cat.SUBSCRIPTION, project, subscription)
-        if entry is None:
-            raise errors.NotFound(
-                f"Subscription does not exist: projects/{project}/subscriptions/{subscription}"
-            )
-        sub = Subscription.from_spec(
-            SubscriptionName(project, subscription),
-            entry.uid,
-            entry.topic_uid or "",
-            entry.created_us,
-            entry.spec,
+@resource_page(cat.SUBSCRIPTION)
+def subscription(v: Viewer, entry: cat.Entry, sampler: Sampler, window: Window) -> Page:
+    sub = subscription_of(entry)
+    points = sampler.subscription_points(entry.uid)
+    state = sampler.series(entry.uid)
+    leases = []
+    lease_state = state.state if state is not None else None
+    if lease_state is not None:
+        leased = sorted(
+            (
+                r
+                for (kind, _), r in lease_state.rows.items()
+                if kind == table_schemas.KIND_MESSAGE
+                and r.state == LEASED
+                and r.deadline_us > window.now * 1e6
+            ),
+            key=lambda r: r.offset,
         )
-        now = time.time()
-        points = [p for p in sampler.points(entry.uid) if isinstance(p, SubscriptionPoint)]
-        last = points[-1] if points else None
-        state = sampler.series(entry.uid)
-        leases = []
-        lease_state = state.state if state is not None else None
-        if lease_state is not None:
-            leased = sorted(
-                (
-                    r
-                    for (kind, _), r in lease_state.rows.items()
-                    if kind == table_schemas.KIND_MESSAGE
-                    and r.state == LEASED
-                    and r.deadline_us > now * 1e6
-                ),
-                key=lambda r: r.offset,
+        for r in leased[:SHOWN_LEASES]:
+            leases.append(
+                {
+                    "offset": r.offset,
+                    "attempt": r.attempt,
+                    "deadline": duration(max(0.0, r.deadline_us / 1e6 - window.now)),
+                    "ordering_key": r.ordering_key or "",
+                }
             )
-            for r in leased[:SHOWN_LEASES]:
-                leases.append(
-                    {
-                        "offset": r.offset,
-                        "attempt": r.attempt,
-                        "deadline": duration(max(0.0, r.deadline_us / 1e6 - now)),
-                        "ordering_key": r.ordering_key or "",
-                    }
-                )
-            more = max(0, len(leased) - SHOWN_LEASES)
-        else:
-            more = 0
-        pending = pending_events(lease_state) if lease_state is not None else []
-        truncations = [
-            {
-                "time": when(t.time_us),
-                "reason": t.reason,
-                "offsets": f"{t.first_offset:,} to {t.end_offset:,}",
-                "dropped": "pending: not pulled and acknowledged yet"
-                if t.messages is None
-                else f"{t.messages:,} messages, {human(t.bytes or 0, 'B')}",
-            }
-            for t in [*sampler.truncations(entry.uid), *pending][::-1]
-        ]
-        charts = [
-            line(series_of(points, "backlog"), now=now, window_s=window, title="Backlog (msgs)"),
-            line(
-                series_of(points, "backlog_bytes"),
-                now=now,
-                window_s=window,
-                title="Backlog (bytes)",
-                unit="B",
-            ),
-            line(
-                series_of(points, "oldest_unacked_s"),
-                now=now,
-                window_s=window,
-                title="Oldest unacked age (s)",
-            ),
-            line(
-                per_second(series_of(points, "deliveries")),
-                now=now,
-                window_s=window,
-                title="Delivered (msgs/s)",
-            ),
-        ]
-        may_act = v.may("pubsub.subscriptions.consume", resource)
-        return "subscription.html", {
-            "title": f"Subscription {project}/{subscription}",
-            "live": True,
-            "may_act": may_act,
-            "may_snapshot": may_act
-            and v.may("pubsub.snapshots.create", Resource.of_project(project)),
-            "snapshots": _seekable(v, entry.topic_uid or "") if may_act else [],
-            "dead_letter": _dead_letter(v, sampler, sub) if may_act else None,
-            "s": {
-                "name": sub.name.path,
-                "project": project,
-                "id": subscription,
-                "settings": _settings(sub),
-                "backlog": f"{last.backlog:,}" if last else "-",
-                "backlog_bytes": human(last.backlog_bytes, "B") if last else "-",
-                "oldest": duration(last.oldest_unacked_s) if last else "-",
-                "rate": rate_text(rate(series_of(points, "deliveries"))),
-                "leases_out": f"{last.leases_out:,}" if last else "-",
-                "charts": charts,
-                "leases": leases,
-                "more_leases": more,
-                "truncations": truncations,
-            },
+        more = max(0, len(leased) - SHOWN_LEASES)
+    else:
+        more = 0
+    pending = pending_events(lease_state) if lease_state is not None else []
+    truncations = [
+        {
+            "time": when(t.time_us),
+            "reason": t.reason,
+            "offsets": f"{t.first_offset:,} to {t.end_offset:,}",
+            "dropped": "pending: not pulled and acknowledged yet"
+            if t.messages is None
+            else f"{t.messages:,} messages, {human(t.bytes or 0, 'B')}",
         }
-
-    return await page(request, "subscriptions", build)
+        for t in [*sampler.truncations(entry.uid), *pending][::-1]
+    ]
+    charts = [
+        window.line(series_of(points, "backlog"), title="Backlog (msgs)"),
+        window.line(series_of(points, "backlog_bytes"), title="Backlog (bytes)", unit="B"),
+        window.line(series_of(points, "oldest_unacked_s"), title="Oldest unacked age (s)"),
+        window.line(per_second(series_of(points, "deliveries")), title="Delivered (msgs/s)"),
+    ]
+    may_act = v.may("pubsub.subscriptions.consume", sub_resource(entry.project, entry.name))
+    return "subscription.html", {
+        "title": f"Subscription {entry.project}/{entry.name}",
+        "live": True,
+        "may_act": may_act,
+        "may_snapshot": may_act
+        and v.may("pubsub.snapshots.create", Resource.of_project(entry.project)),
+        "snapshots": _seekable(v, entry.topic_uid or "") if may_act else [],
+        "dead_letter": _dead_letter(v, sampler, sub) if may_act else None,
+        "s": {
+            "name": sub.name.path,
+            "project": entry.project,
+            "id": entry.name,
+            "settings": _settings(sub),
+            **backlog_cells(points),
+            "charts": charts,
+            "leases": leases,
+            "more_leases": more,
+            "truncations": truncations,
+        },
+    }
 
 
 def _seekable(v: Viewer, topic_uid: str) -> list[str]:
@@ -207,7 +160,7 @@ def _dead_letter(v: Viewer, sampler: Sampler, sub: Subscription) -> dict[str, An
             "pubsub.subscriptions.consume", sub_resource(e.project, e.name)
         ):
             continue
-        points = [p for p in sampler.points(e.uid) if isinstance(p, SubscriptionPoint)]
+        points = sampler.subscription_points(e.uid)
         backlog = f"{points[-1].backlog:,} unacknowledged" if points else "not sampled yet"
         sources.append({"path": SubscriptionName(e.project, e.name).path, "backlog": backlog})
     return {

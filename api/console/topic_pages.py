@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 from urllib.parse import urlencode
 
 from fastapi import Request
@@ -11,30 +10,29 @@ from starlette.responses import RedirectResponse, Response
 
 from api.console import browse
 from api.console.access import BROWSE, Viewer
-from api.console.charts import duration, human, line, spark
-from api.console.sampler import SubscriptionPoint, per_second, rate
+from api.console.charts import Window, duration, human, rate_text, series_of, when
+from api.console.sampler import Sampler, per_second, rate
 from api.console.web import (
     ROOT,
+    Page,
+    backlog_cells,
     console_of,
     engine_of,
+    entry_of,
     live_list,
     matches,
     page,
     parse_int,
     parse_time_us,
-    rate_text,
+    resource_page,
     router,
     sampled,
-    series_of,
     sub_resource,
     topic_resource,
-    when,
 )
-from lakepubsub import errors
 from lakepubsub.resources import catalog as cat
+from lakepubsub.resources.directory import topic_of
 from lakepubsub.resources.iam import Resource
-from lakepubsub.resources.names import TopicName
-from lakepubsub.resources.topics import Topic
 
 
 @router.get("")
@@ -45,10 +43,10 @@ def home() -> Response:
 
 @router.get("/topics")
 async def topics(request: Request, q: str = "") -> Response:
-    sampler, window = sampled(request)
+    sampler, window_s = sampled(request)
 
-    def build(v: Viewer) -> tuple[str, dict[str, Any]]:
-        now = time.time()
+    def build(v: Viewer) -> Page:
+        window = Window(time.time(), window_s)
         subscriptions: dict[str, int] = {}
         for e in v.view.of_kind(cat.SUBSCRIPTION):
             subscriptions[e.topic_uid or ""] = subscriptions.get(e.topic_uid or "", 0) + 1
@@ -68,9 +66,7 @@ async def topics(request: Request, q: str = "") -> Response:
                     "rate": rate_text(rate(heads)),
                     "subscriptions": subscriptions.get(e.uid, 0),
                     "size": human(series.size.bytes, "B") if series and series.size else "-",
-                    "spark": spark(
-                        per_second(heads), now=now, window_s=window, label="publish rate"
-                    ),
+                    "spark": window.spark(per_second(heads), label="publish rate"),
                 }
             )
         return live_list("topics.html", "Topics", rows, q, sampler)
@@ -78,62 +74,39 @@ async def topics(request: Request, q: str = "") -> Response:
     return await page(request, "topics", build)
 
 
-@router.get("/topics/{project}/{topic}")
-async def topic(request: Request, project: str, topic: str) -> Response:
-    sampler, window = sampled(request)
-
-    def build(v: Viewer) -> tuple[str, dict[str, Any]]:
-        v.require("pubsub.topics.get", topic_resource(project, topic))
-        entry = v.view.get(cat.TOPIC, project, topic)
-        if entry is None:
-            raise errors.NotFound(f"Topic not found: projects/{project}/topics/{topic}")
-        t = Topic.from_spec(TopicName(project, topic), entry.uid, entry.created_us, entry.spec)
-        now = time.time()
-        heads = series_of(sampler.points(entry.uid), "head")
-        series = sampler.series(entry.uid)
-        subs = []
-        for e in v.view.attached_to(entry.uid):
-            if e.kind != cat.SUBSCRIPTION:
-                continue
-            if not v.may("pubsub.subscriptions.get", sub_resource(e.project, e.name)):
-                continue
-            points = [p for p in sampler.points(e.uid) if isinstance(p, SubscriptionPoint)]
-            last = points[-1] if points else None
-            subs.append(
-                {
-                    "project": e.project,
-                    "id": e.name,
-                    "backlog": f"{last.backlog:,}" if last else "-",
-                    "oldest": duration(last.oldest_unacked_s) if last else "-",
-                }
-            )
-        settings = t.schema_settings
-        return "topic.html", {
-            "title": f"Topic {project}/{topic}",
-            "live": True,
-            "may_browse": v.may(BROWSE, Resource.of_project(project)),
-            "t": {
-                "name": t.name.path,
-                "project": project,
-                "id": topic,
-                "retention": "forever" if t.keeps_forever else duration(t.history_s),
-                "schema": f"{settings.schema} ({settings.encoding})" if settings else "",
-                "labels": ", ".join(f"{k}={val}" for k, val in sorted(t.labels.items())),
-                "head": f"{int(heads[-1][1]):,}" if heads else "-",
-                "rate": rate_text(rate(heads)),
-                "size": human(series.size.bytes, "B") if series and series.size else "-",
-                "rate_chart": line(
-                    per_second(heads),
-                    now=now,
-                    window_s=window,
-                    title="Publish rate (msgs/s)",
-                ),
-                "head_chart": line(heads, now=now, window_s=window, title="Messages published"),
-                "subscriptions": subs,
-            },
-        }
-
-    return await page(request, "topics", build)
+@resource_page(cat.TOPIC)
+def topic(v: Viewer, entry: cat.Entry, sampler: Sampler, window: Window) -> Page:
+    t = topic_of(entry)
+    heads = series_of(sampler.points(entry.uid), "head")
+    series = sampler.series(entry.uid)
+    subs = []
+    for e in v.view.attached_to(entry.uid):
+        if e.kind != cat.SUBSCRIPTION:
+            continue
+        if not v.may("pubsub.subscriptions.get", sub_resource(e.project, e.name)):
+            continue
+        cells = backlog_cells(sampler.subscription_points(e.uid))
+        subs.append({"project": e.project, "id": e.name, **cells})
+    settings = t.schema_settings
+    return "topic.html", {
+        "title": f"Topic {entry.project}/{entry.name}",
+        "live": True,
+        "may_browse": v.may(BROWSE, Resource.of_project(entry.project)),
+        "t": {
+            "name": t.name.path,
+            "project": entry.project,
+            "id": entry.name,
+            "retention": "forever" if t.keeps_forever else duration(t.history_s),
+            "schema": f"{settings.schema} ({settings.encoding})" if settings else "",
+            "labels": ", ".join(f"{k}={val}" for k, val in sorted(t.labels.items())),
+            "head": f"{int(heads[-1][1]):,}" if heads else "-",
+            "rate": rate_text(rate(heads)),
+            "size": human(series.size.bytes, "B") if series and series.size else "-",
+            "rate_chart": window.line(per_second(heads), title="Publish rate (msgs/s)"),
+            "head_chart": window.line(heads, title="Messages published"),
+            "subscriptions": subs,
+        },
+    }
 
 
 @router.get("/topics/{project}/{topic}/messages")
@@ -151,12 +124,10 @@ async def messages(request: Request, project: str, topic: str) -> Response:
         "as_": params.get("as", "text"),
     }
 
-    def build(v: Viewer) -> tuple[str, dict[str, Any]]:
+    def build(v: Viewer) -> Page:
         v.require("pubsub.topics.get", topic_resource(project, topic))
         v.require(BROWSE, Resource.of_project(project))
-        entry = v.view.get(cat.TOPIC, project, topic)
-        if entry is None:
-            raise errors.NotFound(f"Topic not found: projects/{project}/topics/{topic}")
+        entry = entry_of(v, cat.TOPIC, project, topic)
         query = browse.Query(
             start=parse_int(form["start"], "start"),
             end=parse_int(form["end"], "end"),

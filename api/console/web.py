@@ -8,6 +8,7 @@ its own: the numbers come from the sampler's rings.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -24,7 +25,8 @@ from starlette.responses import RedirectResponse, Response
 from api.auth import Authenticator
 from api.console import browse
 from api.console.access import COOKIE, Viewer, viewer
-from api.console.sampler import SAMPLE_INTERVAL_S, WINDOW_S, Sampler
+from api.console.charts import Window, duration, human, rate_text, series_of
+from api.console.sampler import SAMPLE_INTERVAL_S, WINDOW_S, Sampler, SubscriptionPoint, rate
 from lakepubsub import Engine, errors
 from lakepubsub.resources import catalog as cat
 from lakepubsub.resources.iam import Resource
@@ -35,7 +37,9 @@ REFRESH_S = 5.0
 _TEMPLATES = Path(__file__).parent / "templates"
 
 router = APIRouter(prefix=ROOT, include_in_schema=False)
-Build = Callable[[Viewer], tuple[str, dict[str, Any]]]
+# A page: its template and their context.
+Page = tuple[str, dict[str, Any]]
+Build = Callable[[Viewer], Page]
 
 
 @dataclass
@@ -135,7 +139,7 @@ async def page(request: Request, section: str, build: Build) -> Response:
 
 def live_list(
     template: str, title: str, rows: list[dict[str, Any]], q: str, sampler: Sampler
-) -> tuple[str, dict[str, Any]]:
+) -> Page:
     """A list page that refreshes itself (topics, subscriptions): its rows, the search
     and how often the sampler looks."""
     return template, {
@@ -146,10 +150,6 @@ def live_list(
         "interval": f"{sampler.interval_s:g}",
         "sampled": sampler.samples > 0,
     }
-
-
-def when(us: int) -> str:
-    return datetime.fromtimestamp(us / 1e6, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def matches(q: str, *texts: str) -> bool:
@@ -165,8 +165,56 @@ def sub_resource(project: str, subscription: str) -> Resource:
     return Resource(cat.SUBSCRIPTION, project, subscription)
 
 
-def series_of(points: list[Any], attr: str) -> list[tuple[float, float]]:
-    return [(p.t, float(getattr(p, attr))) for p in points]
+def backlog_cells(points: list[SubscriptionPoint]) -> dict[str, str]:
+    """A subscription's backlog as last sampled (``-`` before the first sample) and its
+    delivery rate, as the lists and its page show them."""
+    last = points[-1] if points else None
+    return {
+        "backlog": f"{last.backlog:,}" if last else "-",
+        "backlog_bytes": human(last.backlog_bytes, "B") if last else "-",
+        "oldest": duration(last.oldest_unacked_s) if last else "-",
+        "rate": rate_text(rate(series_of(points, "deliveries"))),
+        "leases_out": f"{last.leases_out:,}" if last else "-",
+    }
+
+
+# How Pub/Sub words a missing resource of each kind a page shows.
+_MISSING = {cat.TOPIC: "Topic not found", cat.SUBSCRIPTION: "Subscription does not exist"}
+
+
+def entry_of(v: Viewer, kind: str, project: str, name: str) -> cat.Entry:
+    """The catalog entry of the resource a page shows; ``NotFound`` without one."""
+    entry = v.view.get(kind, project, name)
+    if entry is None:
+        raise errors.NotFound(f"{_MISSING[kind]}: projects/{project}/{kind}s/{name}")
+    return entry
+
+
+# A resource page, from the viewer, the resource's catalog entry, the sampler and
+# what the charts show.
+EntryBuild = Callable[[Viewer, cat.Entry, Sampler, Window], Page]
+
+
+def resource_page(kind: str) -> Callable[[EntryBuild], EntryBuild]:
+    """Serves the function it decorates as the live page of one resource of ``kind``
+    (``/topics/{project}/{name}``), in its list's section: built once the viewer may get
+    the resource, and it exists."""
+
+    def register(build: EntryBuild) -> EntryBuild:
+        async def endpoint(request: Request, project: str, name: str) -> Response:
+            sampler, window_s = sampled(request)
+
+            def built(v: Viewer) -> Page:
+                v.require(f"pubsub.{kind}s.get", Resource(kind, project, name))
+                entry = entry_of(v, kind, project, name)
+                return build(v, entry, sampler, Window(time.time(), window_s))
+
+            return await page(request, f"{kind}s", built)
+
+        router.add_api_route(f"/{kind}s/{{project}}/{{name}}", endpoint, methods=["GET"], name=kind)
+        return build
+
+    return register
 
 
 def sampled(request: Request) -> tuple[Sampler, float]:
@@ -181,10 +229,6 @@ def window_of(request: Request) -> float:
     except ValueError:
         minutes = WINDOW_S / 60
     return min(WINDOW_S, max(60.0, minutes * 60))
-
-
-def rate_text(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.1f}"
 
 
 def parse_int(text: str, name: str) -> int | None:

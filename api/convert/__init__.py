@@ -24,6 +24,7 @@ from api.convert.messages import (
 from api.convert.resources import (
     push_config,
     snapshot_body,
+    snapshot_labels,
     subscription_body,
     subscription_fields,
     subscription_from_body,
@@ -49,6 +50,7 @@ __all__ = [
     "received_body",
     "refuse_unbuilt",
     "snapshot_body",
+    "snapshot_labels",
     "subscription_body",
     "subscription_fields",
     "subscription_from_body",

@@ -291,3 +291,11 @@ def snapshot_body(snapshot: Snapshot) -> dict[str, Any]:
     if snapshot.labels:
         body["labels"] = dict(snapshot.labels)
     return body
+
+
+def snapshot_labels(body: m.UpdateSnapshotRequest) -> dict[str, str]:
+    """The labels an update sets; a snapshot's labels are all an update may change."""
+    paths = [p.strip() for p in body.update_mask.split(",") if p.strip()]
+    if paths != ["labels"]:
+        raise errors.InvalidArgument("only 'labels' of a snapshot can be updated")
+    return body.snapshot.labels

@@ -196,10 +196,7 @@ def _get_snapshot(engine: Engine, name: Any, body: Any, request: Any) -> Answer:
 
 
 def _update_snapshot(engine: Engine, name: Any, body: Any, request: Any) -> Answer:
-    paths = [p.strip() for p in body.update_mask.split(",") if p.strip()]
-    if paths != ["labels"]:
-        raise errors.InvalidArgument("only 'labels' of a snapshot can be updated")
-    return convert.snapshot_body(engine.update_snapshot(name, body.snapshot.labels))
+    return convert.snapshot_body(engine.update_snapshot(name, convert.snapshot_labels(body)))
 
 
 def _delete_snapshot(engine: Engine, name: Any, body: Any, request: Any) -> Answer:

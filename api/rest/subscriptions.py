@@ -13,8 +13,9 @@ from starlette.responses import Response
 
 from api import convert
 from api import models as m
-from api.deps import EngineDep, PageSize, PageToken, json_response, page_response
+from api.deps import EngineDep, json_response
 from api.pulls import pulled, reports_attempts, start_pull
+from api.rest.resources import SUBSCRIPTIONS, add_routes
 from lakepubsub import Engine, errors
 from lakepubsub.resources.names import SnapshotName, SubscriptionName
 
@@ -36,41 +37,7 @@ def create_subscription(
     return json_response(convert.subscription_body(created))
 
 
-@router.get(
-    "/subscriptions/{subscription}", response_model=m.SubscriptionBody, name="get_subscription"
-)
-def get_subscription(project: str, subscription: str, engine: EngineDep) -> Response:
-    sub = engine.get_subscription(SubscriptionName(project, subscription))
-    return json_response(convert.subscription_body(sub))
-
-
-@router.patch(
-    "/subscriptions/{subscription}", response_model=m.SubscriptionBody, name="update_subscription"
-)
-def update_subscription(
-    project: str, subscription: str, body: m.UpdateSubscriptionRequest, engine: EngineDep
-) -> Response:
-    name = SubscriptionName(project, subscription)
-    updated = engine.update_subscription(
-        name,
-        convert.subscription_fields(body.subscription),
-        convert.subscription_mask(body.update_mask),
-    )
-    return json_response(convert.subscription_body(updated))
-
-
-@router.delete("/subscriptions/{subscription}", response_model=m.Empty, name="delete_subscription")
-def delete_subscription(project: str, subscription: str, engine: EngineDep) -> Response:
-    engine.delete_subscription(SubscriptionName(project, subscription))
-    return json_response({})
-
-
-@router.get("/subscriptions", response_model=m.ListSubscriptionsResponse, name="list_subscriptions")
-def list_subscriptions(
-    project: str, engine: EngineDep, page_size: PageSize = 0, page_token: PageToken = ""
-) -> Response:
-    subs, token = engine.list_subscriptions(project, page_size=page_size, page_token=page_token)
-    return page_response("subscriptions", [convert.subscription_body(s) for s in subs], token)
+add_routes(router, SUBSCRIPTIONS)
 
 
 async def _submit(engine: Engine, work: Callable[..., T], *args: Any) -> T:

@@ -13,6 +13,7 @@ from starlette.responses import Response
 from api import convert
 from api import models as m
 from api.deps import EngineDep, PageSize, PageToken, json_response, page_response
+from api.rest.resources import TOPICS, add_routes
 from lakepubsub import Engine, errors
 from lakepubsub.resources.names import TopicName
 
@@ -37,34 +38,7 @@ def create_topic(
     return json_response(convert.topic_body(created))
 
 
-@router.get("/topics/{topic}", response_model=m.TopicBody, name="get_topic")
-def get_topic(project: str, topic: str, engine: EngineDep) -> Response:
-    return json_response(convert.topic_body(engine.get_topic(TopicName(project, topic))))
-
-
-@router.patch("/topics/{topic}", response_model=m.TopicBody, name="update_topic")
-def update_topic(
-    project: str, topic: str, body: m.UpdateTopicRequest, engine: EngineDep
-) -> Response:
-    name = TopicName(project, topic)
-    updated = engine.update_topic(
-        name, convert.topic_changes(body.topic), convert.topic_mask(body.update_mask)
-    )
-    return json_response(convert.topic_body(updated))
-
-
-@router.delete("/topics/{topic}", response_model=m.Empty, name="delete_topic")
-def delete_topic(project: str, topic: str, engine: EngineDep) -> Response:
-    engine.delete_topic(TopicName(project, topic))
-    return json_response({})
-
-
-@router.get("/topics", response_model=m.ListTopicsResponse, name="list_topics")
-def list_topics(
-    project: str, engine: EngineDep, page_size: PageSize = 0, page_token: PageToken = ""
-) -> Response:
-    topics, token = engine.list_topics(project, page_size=page_size, page_token=page_token)
-    return page_response("topics", [convert.topic_body(t) for t in topics], token)
+add_routes(router, TOPICS)
 
 
 @router.get(
