@@ -74,22 +74,34 @@ class BatchOptions:
 
 
 @dataclass
-class BatchReport:
-    job: str = "batch-consume"
-    subscription: str = ""
+class ConsumeReport:
+    """What a consumer's run did (both consumers report so)."""
+
     status: str = ""  # written | nothing new
-    start_offset: int = 0
-    end_offset: int = 0
-    recovered_to: int | None = None  # acknowledged what a crashed run had written
     rows_written: int = 0
     seconds: float = 0.0
+
+    def messages_read(self) -> int:
+        raise NotImplementedError
 
     def summary(self) -> dict[str, object]:
         return {
             "status": self.status,
-            "messages": self.end_offset - self.start_offset,
+            "messages": self.messages_read(),
             "rows_written": self.rows_written,
         }
+
+
+@dataclass
+class BatchReport(ConsumeReport):
+    job: str = "batch-consume"
+    subscription: str = ""
+    start_offset: int = 0
+    end_offset: int = 0
+    recovered_to: int | None = None  # acknowledged what a crashed run had written
+
+    def messages_read(self) -> int:
+        return self.end_offset - self.start_offset
 
 
 def app_id(subscription_uid: str) -> str:
@@ -118,12 +130,26 @@ def load_transform(spec: str) -> Transform:
     return transform
 
 
+def chosen_transform(sql: str | None, spec: str | None, transform: Transform | None) -> Transform:
+    """What a consumer applies to each batch: exactly one of a SQL statement over the view
+    ``messages``, a transform's ``spec`` (`load_transform`) or the function itself."""
+    if sum(x is not None for x in (sql, spec, transform)) != 1:
+        raise errors.InvalidArgument("give exactly one of a SQL statement or a transform")
+    if transform is not None:
+        return transform
+    if spec is not None:
+        return load_transform(spec)
+
+    def select(frame: DataFrame) -> DataFrame:
+        frame.createOrReplaceTempView(VIEW)
+        return frame.sparkSession.sql(sql or "")
+
+    return select
+
+
 def run(ctx: JobContext, options: BatchOptions, transform: Transform | None = None) -> BatchReport:
     """Consume one batch: read, transform, write with its transaction id, acknowledge."""
-    if sum(x is not None for x in (options.sql, options.transform, transform)) != 1:
-        raise errors.InvalidArgument("give exactly one of a SQL statement or a transform")
-    if transform is None and options.transform is not None:
-        transform = load_transform(options.transform)
+    transform = chosen_transform(options.sql, options.transform, transform)
     watch = Stopwatch()
     engine = ctx.engine
     ctx.settle_intake()
@@ -147,12 +173,7 @@ def run(ctx: JobContext, options: BatchOptions, transform: Transform | None = No
         report.status = "nothing new"
         report.seconds = watch.seconds()
         return report
-    frame = _messages_frame(ctx, messages, start, end, sub.filter)
-    if transform is not None:
-        result = transform(frame)
-    else:
-        frame.createOrReplaceTempView(VIEW)
-        result = ctx.spark.sql(options.sql or "")
+    result = transform(_messages_frame(ctx, messages, start, end, sub.filter))
     rows_before = _rows(options.target, storage)
     writer = (
         result.write.format("lakedelta")

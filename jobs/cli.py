@@ -37,6 +37,16 @@ from lakepubsub.scheduler import default_progress
 __all__ = ["jobs", "run", "sql"]
 
 MIB = compact.MIB  # the options give sizes in MiB
+_COMPACT = compact.CompactOptions()  # the defaults
+
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+def _at_least(name: str, minimum: int, default: int, help_text: str | None = None) -> Decorator:
+    """An integer option no lower than ``minimum``, its default shown in ``--help``."""
+    return click.option(
+        name, type=click.IntRange(minimum), default=default, show_default=True, help=help_text
+    )
 
 
 def _execute(
@@ -76,36 +86,22 @@ def run() -> None:
 @lake_option
 @master_option
 @log_option
-@click.option(
-    "--messages-target-mb",
-    type=click.IntRange(1),
-    default=compact.MESSAGES_TARGET_BYTES // MIB,
-    show_default=True,
-)
-@click.option(
-    "--leases-target-mb",
-    type=click.IntRange(1),
-    default=compact.LEASES_TARGET_BYTES // MIB,
-    show_default=True,
-)
-@click.option(
+@_at_least("--messages-target-mb", 1, _COMPACT.messages_target_bytes // MIB)
+@_at_least("--leases-target-mb", 1, _COMPACT.leases_target_bytes // MIB)
+@_at_least(
     "--min-small-files",
-    type=click.IntRange(2),
-    default=compact.MIN_SMALL_FILES,
-    show_default=True,
-    help="Compact a table once it has this many files below its target size.",
+    2,
+    _COMPACT.min_small_files,
+    "Compact a table once it has this many files below its target size.",
 )
 @click.option("--vacuum/--no-vacuum", default=True, show_default=True)
-@click.option(
+@_at_least(
     "--vacuum-retention-hours",
-    type=click.IntRange(0),
-    default=compact.VACUUM_RETENTION_HOURS,
-    show_default=True,
-    help="Delete files removed longer ago than this; keep it above the longest reader.",
+    0,
+    _COMPACT.vacuum_retention_hours,
+    "Delete files removed longer ago than this; keep it above the longest reader.",
 )
-@click.option(
-    "--parallelism", type=click.IntRange(1), default=compact.DEFAULT_PARALLELISM, show_default=True
-)
+@_at_least("--parallelism", 1, _COMPACT.parallelism)
 @click.pass_context
 def compact_command(
     ctx: click.Context,
@@ -180,7 +176,6 @@ def gc_command(
     _execute(ctx, lake, master, log_level, lambda c: gc.run(c, options), spark=False)
 
 
-Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 # The options both consumers take, named as their options' fields.
 _CONSUMER_OPTIONS: tuple[Decorator, ...] = (
     click.option("--target", required=True, help="Delta table to append to (path or s3:// URI)."),

@@ -52,17 +52,6 @@ from lakepubsub.publish.messages_table import MessagesTable
 log = logging.getLogger("lakepubsub.jobs.compact")
 
 MIB = 1024 * 1024
-# Target sizes: messages are scanned by Spark (large files, few tasks); lease
-# tables are read whole on every dispatcher cycle and stay small.
-MESSAGES_TARGET_BYTES: int = 128 * MIB
-LEASES_TARGET_BYTES: int = 32 * MIB
-# Compact a table once it has this many files below its target size: every
-# live file adds ~0.13 ms to the next write (measured with delta-rs 1.6.6 on 2 cores).
-MIN_SMALL_FILES = 8
-# Delta's own default for deleted files; it must exceed the longest reader
-# (a Spark job reading a pinned version), see docs/operations.md.
-VACUUM_RETENTION_HOURS = 168
-DEFAULT_PARALLELISM = 2
 
 MESSAGES = "messages"
 LEASES = "leases"
@@ -72,12 +61,18 @@ TRUNCATIONS = "truncations"
 
 @dataclass(frozen=True)
 class CompactOptions:
-    messages_target_bytes: int = MESSAGES_TARGET_BYTES
-    leases_target_bytes: int = LEASES_TARGET_BYTES
-    min_small_files: int = MIN_SMALL_FILES
+    # Target sizes: messages are scanned by Spark (large files, few tasks); lease
+    # tables are read whole on every dispatcher cycle and stay small.
+    messages_target_bytes: int = 128 * MIB
+    leases_target_bytes: int = 32 * MIB
+    # Compact a table once it has this many files below its target size: every
+    # live file adds ~0.13 ms to the next write (measured with delta-rs 1.6.6 on 2 cores).
+    min_small_files: int = 8
     vacuum: bool = True
-    vacuum_retention_hours: int = VACUUM_RETENTION_HOURS
-    parallelism: int = DEFAULT_PARALLELISM
+    # Delta's own default for deleted files; it must exceed the longest reader
+    # (a Spark job reading a pinned version), see docs/operations.md.
+    vacuum_retention_hours: int = 168
+    parallelism: int = 2
 
     def target_bytes(self, kind: str) -> int:
         if kind in (MESSAGES, TRUNCATIONS):
@@ -119,10 +114,6 @@ class CompactReport:
     tables: list[TableResult] = field(default_factory=list)
     seconds: float = 0.0
 
-    @property
-    def failed(self) -> list[TableResult]:
-        return errored(self.tables)
-
     def summary(self) -> dict[str, int]:
         return {
             "tables": len(self.tables),
@@ -131,7 +122,7 @@ class CompactReport:
             "files_after": sum(t.files_after for t in self.tables),
             "files_vacuumed": sum(t.files_vacuumed for t in self.tables),
             "busy": sum(1 for t in self.tables if t.status == "busy"),
-            "failed": len(self.failed),
+            "failed": len(errored(self.tables)),
         }
 
 

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 
 from deltalake import DeltaTable
 
-from jobs.batch_consume import VIEW, Transform, load_transform
+from jobs.batch_consume import ConsumeReport, Transform, chosen_transform
 from jobs.common import FileStats, JobContext, Stopwatch
 from jobs.script import main_for
 from lakepubsub import errors
@@ -76,22 +76,15 @@ class StreamOptions:
 
 
 @dataclass
-class StreamReport:
+class StreamReport(ConsumeReport):
     job: str = "stream-consume"
     topic: str = ""
-    status: str = ""  # written | nothing new
     query_id: str = ""
     batches: int = 0  # micro-batches run, a batch redone after a crash included
     messages: int = 0  # read from the topic (before the filter)
-    rows_written: int = 0
-    seconds: float = 0.0
 
-    def summary(self) -> dict[str, object]:
-        return {
-            "status": self.status,
-            "messages": self.messages,
-            "rows_written": self.rows_written,
-        }
+    def messages_read(self) -> int:
+        return self.messages
 
 
 def app_id(query_id: str) -> str:
@@ -108,10 +101,7 @@ def run(
     from lakepubsub.spark.streams import topic_stream  # noqa: PLC0415 — likewise
     from lakepubsub.spark.tables import configure_storage, spark_path  # noqa: PLC0415 — likewise
 
-    if sum(x is not None for x in (options.sql, options.transform, transform)) != 1:
-        raise errors.InvalidArgument("give exactly one of a SQL statement or a transform")
-    if transform is None and options.transform is not None:
-        transform = load_transform(options.transform)
+    apply = chosen_transform(options.sql, options.transform, transform)
     watch = Stopwatch()
     spark = ctx.spark
     name = TopicName.parse(options.topic)
@@ -135,13 +125,9 @@ def run(
         if not started.wait(QUERY_ID_WAIT_S):
             raise errors.Unavailable("the streaming query did not start")
         batch_ids.append(batch_id)
-        if transform is not None:
-            result = transform(frame)
-        else:
-            frame.createOrReplaceTempView(VIEW)
-            result = frame.sparkSession.sql(options.sql or "")
         writer = (
-            result.write.format("delta")
+            apply(frame)
+            .write.format("delta")
             .mode("append")
             .option("txnAppId", app_id(query_id[0]))
             .option("txnVersion", str(batch_id))

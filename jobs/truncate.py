@@ -104,17 +104,13 @@ class TruncateReport:
     topics: list[TopicCleanup] = field(default_factory=list)
     seconds: float = 0.0
 
-    @property
-    def failed(self) -> list[TopicCleanup]:
-        return errored(self.topics)
-
     def summary(self) -> dict[str, int]:
         return {
             "subscriptions_checked": self.subscriptions_checked,
             "truncations": len(self.truncations),
             "messages_dropped": sum(t.messages_dropped for t in self.truncations),
             "rows_deleted": sum(t.rows_deleted for t in self.topics),
-            "failed": len(self.failed),
+            "failed": len(errored(self.topics)),
         }
 
 

@@ -261,11 +261,11 @@ def test_a_subscription_with_pulls_waiting_keeps_its_dispatcher(
         engine.create_topic(Topic(topic))
         engine.create_subscription(Subscription(sub, topic))
         assert engine.pull(sub, max_messages=1) == []
-        first = dict(engine.deliveries._dispatchers)
+        first = engine.deliveries._dispatchers.all()
         assert len(first) == 1
         proxy.reset()
         for _ in range(2):
             assert engine.pull(sub, max_messages=1) == []
-        assert dict(engine.deliveries._dispatchers) == first
+        assert engine.deliveries._dispatchers.all() == first
         counts = proxy.reset()
     assert _requests(counts) == 0, counts

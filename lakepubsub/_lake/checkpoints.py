@@ -41,19 +41,28 @@ MAX_CHUNKS = 64
 # delta.deletedFileRetentionDuration when the table does not set it (the protocol's default).
 DEFAULT_TOMBSTONE_RETENTION_MS = 7 * 24 * 3600 * 1000
 
+
+def _required(name: str, type_: pa.DataType) -> pa.Field:
+    return pa.field(name, type_, nullable=False)
+
+
+def _struct(name: str, *fields: pa.Field) -> pa.Field:
+    return pa.field(name, pa.struct(fields))
+
+
 _STR_MAP = pa.map_(pa.string(), pa.string())
 # A map whose values may not be null either (format options, configuration).
-_STRICT_STR_MAP = pa.map_(pa.string(), pa.field("value", pa.string(), nullable=False))
+_STRICT_STR_MAP = pa.map_(pa.string(), _required("value", pa.string()))
 _DELETION_VECTOR = pa.struct(
     [
-        pa.field("storageType", pa.string(), nullable=False),
-        pa.field("pathOrInlineDv", pa.string(), nullable=False),
+        _required("storageType", pa.string()),
+        _required("pathOrInlineDv", pa.string()),
         pa.field("offset", pa.int32()),
-        pa.field("sizeInBytes", pa.int32(), nullable=False),
-        pa.field("cardinality", pa.int64(), nullable=False),
+        _required("sizeInBytes", pa.int32()),
+        _required("cardinality", pa.int64()),
     ]
 )
-_FEATURES = pa.list_(pa.field("element", pa.string(), nullable=False))
+_FEATURES = pa.list_(_required("element", pa.string()))
 # The fields ``add`` and ``remove`` share after their own.
 _FILE_DETAILS = (
     pa.field("stats", pa.string()),
@@ -63,110 +72,72 @@ _FILE_DETAILS = (
     pa.field("defaultRowCommitVersion", pa.int64()),
 )
 
-# The columns delta-rs 1.6.6 writes in a checkpoint, in its order and types.
+# The columns delta-rs 1.6.6 writes in a checkpoint, in its order and types: one
+# struct per action.
 SCHEMA = pa.schema(
     [
-        pa.field(
+        _struct(
             "add",
-            pa.struct(
-                [
-                    pa.field("path", pa.string(), nullable=False),
-                    pa.field("partitionValues", _STR_MAP, nullable=False),
-                    pa.field("size", pa.int64(), nullable=False),
-                    pa.field("modificationTime", pa.int64(), nullable=False),
-                    pa.field("dataChange", pa.bool_(), nullable=False),
-                    *_FILE_DETAILS,
-                    pa.field("clusteringProvider", pa.string()),
-                ]
-            ),
+            _required("path", pa.string()),
+            _required("partitionValues", _STR_MAP),
+            _required("size", pa.int64()),
+            _required("modificationTime", pa.int64()),
+            _required("dataChange", pa.bool_()),
+            *_FILE_DETAILS,
+            pa.field("clusteringProvider", pa.string()),
         ),
-        pa.field(
+        _struct(
             "remove",
-            pa.struct(
-                [
-                    pa.field("path", pa.string(), nullable=False),
-                    pa.field("deletionTimestamp", pa.int64()),
-                    pa.field("dataChange", pa.bool_(), nullable=False),
-                    pa.field("extendedFileMetadata", pa.bool_()),
-                    pa.field("partitionValues", _STR_MAP),
-                    pa.field("size", pa.int64()),
-                    *_FILE_DETAILS,
-                ]
-            ),
+            _required("path", pa.string()),
+            pa.field("deletionTimestamp", pa.int64()),
+            _required("dataChange", pa.bool_()),
+            pa.field("extendedFileMetadata", pa.bool_()),
+            pa.field("partitionValues", _STR_MAP),
+            pa.field("size", pa.int64()),
+            *_FILE_DETAILS,
         ),
-        pa.field(
+        _struct(
             "metaData",
-            pa.struct(
-                [
-                    pa.field("id", pa.string(), nullable=False),
-                    pa.field("name", pa.string()),
-                    pa.field("description", pa.string()),
-                    pa.field(
-                        "format",
-                        pa.struct(
-                            [
-                                pa.field("provider", pa.string(), nullable=False),
-                                pa.field(
-                                    "options",
-                                    _STRICT_STR_MAP,
-                                    nullable=False,
-                                ),
-                            ]
-                        ),
-                        nullable=False,
-                    ),
-                    pa.field("schemaString", pa.string(), nullable=False),
-                    pa.field("partitionColumns", _FEATURES, nullable=False),
-                    pa.field("createdTime", pa.int64()),
-                    pa.field(
-                        "configuration",
-                        _STRICT_STR_MAP,
-                        nullable=False,
-                    ),
-                ]
+            _required("id", pa.string()),
+            pa.field("name", pa.string()),
+            pa.field("description", pa.string()),
+            pa.field(
+                "format",
+                pa.struct(
+                    [_required("provider", pa.string()), _required("options", _STRICT_STR_MAP)]
+                ),
+                nullable=False,
             ),
+            _required("schemaString", pa.string()),
+            _required("partitionColumns", _FEATURES),
+            pa.field("createdTime", pa.int64()),
+            _required("configuration", _STRICT_STR_MAP),
         ),
-        pa.field(
+        _struct(
             "protocol",
-            pa.struct(
-                [
-                    pa.field("minReaderVersion", pa.int32(), nullable=False),
-                    pa.field("minWriterVersion", pa.int32(), nullable=False),
-                    pa.field("readerFeatures", _FEATURES),
-                    pa.field("writerFeatures", _FEATURES),
-                ]
-            ),
+            _required("minReaderVersion", pa.int32()),
+            _required("minWriterVersion", pa.int32()),
+            pa.field("readerFeatures", _FEATURES),
+            pa.field("writerFeatures", _FEATURES),
         ),
-        pa.field(
+        _struct(
             "txn",
-            pa.struct(
-                [
-                    pa.field("appId", pa.string(), nullable=False),
-                    pa.field("version", pa.int64(), nullable=False),
-                    pa.field("lastUpdated", pa.int64()),
-                ]
-            ),
+            _required("appId", pa.string()),
+            _required("version", pa.int64()),
+            pa.field("lastUpdated", pa.int64()),
         ),
-        pa.field(
+        _struct(
             "domainMetadata",
-            pa.struct(
-                [
-                    pa.field("domain", pa.string(), nullable=False),
-                    pa.field("configuration", pa.string(), nullable=False),
-                    pa.field("removed", pa.bool_(), nullable=False),
-                ]
-            ),
+            _required("domain", pa.string()),
+            _required("configuration", pa.string()),
+            _required("removed", pa.bool_()),
         ),
-        pa.field(
+        _struct(
             "sidecar",
-            pa.struct(
-                [
-                    pa.field("path", pa.string(), nullable=False),
-                    pa.field("sizeInBytes", pa.int64(), nullable=False),
-                    pa.field("modificationTime", pa.int64(), nullable=False),
-                    pa.field("tags", _STR_MAP),
-                ]
-            ),
+            _required("path", pa.string()),
+            _required("sizeInBytes", pa.int64()),
+            _required("modificationTime", pa.int64()),
+            pa.field("tags", _STR_MAP),
         ),
     ]
 )

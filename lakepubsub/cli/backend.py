@@ -204,10 +204,27 @@ def resource_path(ctx: click.Context, collection: str, name: str) -> str:
     return f"/v1/projects/{project_id(ctx)}/{collection}/{name}"
 
 
-def delete(ctx: click.Context, collection: str, name: str, *, kind: str) -> None:
-    """Delete a resource of the project and say so."""
-    backend(ctx).call("DELETE", resource_path(ctx, collection, name))
-    click.echo(f"deleted {kind} {name}")
+def add_get_and_delete(
+    group: click.Group, collection: str, kind: str, *, get: str | None, delete: str
+) -> None:
+    """Give ``group`` the commands on one resource of the project's ``collection``:
+    ``get NAME`` prints it as JSON (none when ``get``, its help, is None) and
+    ``delete NAME`` deletes it and says so."""
+    name_argument = click.argument("name", metavar=kind.upper())
+    if get is not None:
+
+        @group.command("get", help=get)
+        @name_argument
+        @click.pass_context
+        def get_command(ctx: click.Context, name: str) -> None:
+            echo(backend(ctx).call("GET", resource_path(ctx, collection, name)))
+
+    @group.command("delete", help=delete)
+    @name_argument
+    @click.pass_context
+    def delete_command(ctx: click.Context, name: str) -> None:
+        backend(ctx).call("DELETE", resource_path(ctx, collection, name))
+        click.echo(f"deleted {kind} {name}")
 
 
 def pairs(items: tuple[str, ...]) -> dict[str, str]:

@@ -19,9 +19,9 @@ from lakepubsub.cli import intake, messages, snapshots
 from lakepubsub.cli.backend import (
     STORAGE_HINT,
     CliError,
+    add_get_and_delete,
     backend,
     check_lake,
-    delete,
     echo,
     echo_each,
     paged,
@@ -270,14 +270,6 @@ def topics_list(ctx: click.Context) -> None:
     echo_each((doc["name"] for doc in docs), none=f"no topics in project {project_id(ctx)}")
 
 
-@topics.command("get")
-@click.argument("topic")
-@click.pass_context
-def topics_get(ctx: click.Context, topic: str) -> None:
-    """Print TOPIC as JSON."""
-    echo(backend(ctx).call("GET", resource_path(ctx, "topics", topic)))
-
-
 @topics.command("retention")
 @click.argument("topic")
 @click.argument("duration", required=False)
@@ -298,12 +290,13 @@ def topics_retention(ctx: click.Context, topic: str, duration: str | None) -> No
     click.echo(f"{doc['name']}: retention {kept or 'not set (the default, 7 days)'}")
 
 
-@topics.command("delete")
-@click.argument("topic")
-@click.pass_context
-def topics_delete(ctx: click.Context, topic: str) -> None:
-    """Delete TOPIC (its subscriptions are detached from it, as in Pub/Sub)."""
-    delete(ctx, "topics", topic, kind="topic")
+add_get_and_delete(
+    topics,
+    "topics",
+    "topic",
+    get="Print TOPIC as JSON.",
+    delete="Delete TOPIC (its subscriptions are detached from it, as in Pub/Sub).",
+)
 
 
 # -- subscriptions -----------------------------------------------------------------------
@@ -369,14 +362,6 @@ def subscriptions_list(ctx: click.Context, topic: str | None) -> None:
     echo_each(lines, none=f"no subscriptions in {where}")
 
 
-@subscriptions.command("get")
-@click.argument("subscription")
-@click.pass_context
-def subscriptions_get(ctx: click.Context, subscription: str) -> None:
-    """Print SUBSCRIPTION as JSON (with its truncation policy, if it has one)."""
-    echo(backend(ctx).call("GET", resource_path(ctx, "subscriptions", subscription)))
-
-
 @subscriptions.command("truncate")
 @click.argument("subscription")
 @click.pass_context
@@ -395,12 +380,13 @@ def subscriptions_truncate(ctx: click.Context, subscription: str) -> None:
     )
 
 
-@subscriptions.command("delete")
-@click.argument("subscription")
-@click.pass_context
-def subscriptions_delete(ctx: click.Context, subscription: str) -> None:
-    """Delete SUBSCRIPTION and what it has not acknowledged."""
-    delete(ctx, "subscriptions", subscription, kind="subscription")
+add_get_and_delete(
+    subscriptions,
+    "subscriptions",
+    "subscription",
+    get="Print SUBSCRIPTION as JSON (with its truncation policy, if it has one).",
+    delete="Delete SUBSCRIPTION and what it has not acknowledged.",
+)
 
 
 def _add_message_commands() -> None:

@@ -166,22 +166,29 @@ def _settle(ctx: click.Context, subscription: str, ack_ids: list[str], *, nack: 
     click.echo(f"{'nacked' if nack else 'acknowledged'} {len(ack_ids)}", err=True)
 
 
-@click.command()
-@click.argument("subscription")
-@click.argument("ack_ids", nargs=-1, required=True)
-@click.pass_context
-def ack(ctx: click.Context, subscription: str, ack_ids: tuple[str, ...]) -> None:
-    """Acknowledge messages of SUBSCRIPTION by their ack ids (from pull)."""
-    _settle(ctx, subscription, list(ack_ids), nack=False)
+def _settle_command(name: str, *, nack: bool, summary: str) -> click.Command:
+    """``ack`` or ``nack``: settle messages of a subscription by their ack ids."""
+
+    @click.command(name, help=summary)
+    @click.argument("subscription")
+    @click.argument("ack_ids", nargs=-1, required=True)
+    @click.pass_context
+    def settle(ctx: click.Context, subscription: str, ack_ids: tuple[str, ...]) -> None:
+        _settle(ctx, subscription, list(ack_ids), nack=nack)
+
+    return settle
 
 
-@click.command()
-@click.argument("subscription")
-@click.argument("ack_ids", nargs=-1, required=True)
-@click.pass_context
-def nack(ctx: click.Context, subscription: str, ack_ids: tuple[str, ...]) -> None:
-    """Nack messages of SUBSCRIPTION by their ack ids: they are redelivered now."""
-    _settle(ctx, subscription, list(ack_ids), nack=True)
+ack = _settle_command(
+    "ack",
+    nack=False,
+    summary="Acknowledge messages of SUBSCRIPTION by their ack ids (from pull).",
+)
+nack = _settle_command(
+    "nack",
+    nack=True,
+    summary="Nack messages of SUBSCRIPTION by their ack ids: they are redelivered now.",
+)
 
 
 COMMANDS = (publish, pull, ack, nack)

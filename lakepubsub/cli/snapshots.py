@@ -7,7 +7,14 @@ from typing import Any
 
 import click
 
-from lakepubsub.cli.backend import backend, delete, echo, echo_each, paged, project_id
+from lakepubsub.cli.backend import (
+    add_get_and_delete,
+    backend,
+    echo,
+    echo_each,
+    paged,
+    project_id,
+)
 
 
 @click.group()
@@ -40,12 +47,7 @@ def snapshots_list(ctx: click.Context) -> None:
     )
 
 
-@snapshots.command("delete")
-@click.argument("snapshot")
-@click.pass_context
-def snapshots_delete(ctx: click.Context, snapshot: str) -> None:
-    """Delete SNAPSHOT."""
-    delete(ctx, "snapshots", snapshot, kind="snapshot")
+add_get_and_delete(snapshots, "snapshots", "snapshot", get=None, delete="Delete SNAPSHOT.")
 
 
 @click.command()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -21,6 +20,7 @@ from lakepubsub.peering.routing import Route, via_owner
 from lakepubsub.resources.directory import Directory
 from lakepubsub.resources.names import SubscriptionName
 from lakepubsub.resources.subscriptions import Subscription
+from lakepubsub.workers import Workers
 
 log = logging.getLogger(__name__)
 
@@ -37,32 +37,25 @@ class Deliveries:
         self._context = context
         self._directory = directory
         self._owner = owner
-        self._lock = threading.Lock()
-        self._dispatchers: dict[str, Dispatcher] = {}
-        self._closed = False
+        self._dispatchers: Workers[Dispatcher] = Workers()
 
     # -- the dispatchers -------------------------------------------------------------------
 
     def _dispatcher(self, name: SubscriptionName) -> Dispatcher:
         sub = self._directory.subscription(name, fresh=False)
-        with self._lock:
-            if self._closed:
-                raise errors.Unavailable("the engine is shutting down")
-            dispatcher = self._dispatchers.get(sub.uid)
-            if dispatcher is None or not dispatcher.alive:
-                dispatcher = Dispatcher(
-                    self._context,
-                    sub,
-                    lookup=lambda: self._directory.lookup_uid(sub.name, sub.uid),
-                    on_exit=self._exited,
-                )
-                self._dispatchers[sub.uid] = dispatcher
-            return dispatcher
+        return self._dispatchers.get(
+            sub.uid,
+            lambda: Dispatcher(
+                self._context,
+                sub,
+                lookup=lambda: self._directory.lookup_uid(sub.name, sub.uid),
+                on_exit=self._exited,
+            ),
+            usable=lambda dispatcher: dispatcher.alive,
+        )
 
     def _exited(self, dispatcher: Dispatcher) -> None:
-        with self._lock:
-            if self._dispatchers.get(dispatcher.subscription.uid) is dispatcher:
-                del self._dispatchers[dispatcher.subscription.uid]
+        self._dispatchers.remove(dispatcher.subscription.uid, dispatcher)
 
     def submit(self, name: SubscriptionName, make: Callable[[], requests.Request]) -> Future[Any]:
         """Queue a request on the subscription's dispatcher here; its future."""
@@ -71,7 +64,7 @@ class Deliveries:
             try:
                 self._dispatcher(name).submit(request)
             except errors.Unavailable:
-                if self._closed:
+                if self._dispatchers.closed:
                     raise
                 continue  # the dispatcher exited just now; start another
             return request.future
@@ -79,35 +72,25 @@ class Deliveries:
 
     def nudge(self, topic_uid: str, version: int) -> None:
         """The topic's messages table got ``version``: its waiting pulls look."""
-        with self._lock:
-            waiting = [
-                d for d in self._dispatchers.values() if d.subscription.topic_uid == topic_uid
-            ]
+        waiting = [d for d in self._dispatchers.all() if d.subscription.topic_uid == topic_uid]
         for dispatcher in waiting:
             dispatcher.nudge(version)
 
     def flush_all(self) -> None:
         """Commit the lease changes every dispatcher holds in memory."""
-        with self._lock:
-            dispatchers = list(self._dispatchers.values())
-        for dispatcher in dispatchers:
+        for dispatcher in self._dispatchers.all():
             with contextlib.suppress(errors.Unavailable):  # stopping: it commits anyway
                 dispatcher.submit(requests.FlushRequest())
 
     def forget(self, uid: str, reason: errors.LakePubSubError) -> None:
         """The subscription (or its topic) was deleted: its dispatcher stops."""
-        with self._lock:
-            dispatcher = self._dispatchers.pop(uid, None)
+        dispatcher = self._dispatchers.remove(uid)
         if dispatcher is not None:
             dispatcher.stop(reason)
 
     def shut(self) -> list[Dispatcher]:
         """Take no more requests; the dispatchers to stop (``stop_all``)."""
-        with self._lock:
-            self._closed = True
-            dispatchers = list(self._dispatchers.values())
-            self._dispatchers.clear()
-        return dispatchers
+        return self._dispatchers.shut()
 
     @staticmethod
     def stop_all(dispatchers: list[Dispatcher]) -> None:
@@ -213,8 +196,7 @@ class Deliveries:
     def state(self, sub: Subscription) -> leases.LeaseState:
         """The subscription's lease state as stored, with this process's dispatcher's
         changes held in memory committed first."""
-        with self._lock:
-            dispatcher = self._dispatchers.get(sub.uid)
+        dispatcher = self._dispatchers.find(sub.uid)
         if dispatcher is not None and dispatcher.alive:
             flush = requests.FlushRequest()
             with contextlib.suppress(errors.Unavailable):  # stopping: it commits anyway

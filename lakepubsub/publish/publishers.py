@@ -4,20 +4,19 @@ on first use. Each commits here, or hands its groups to the topic's owner
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakepubsub import errors
 from lakepubsub._lake import Lake
 from lakepubsub.messages import PublishMessage
 from lakepubsub.publish.batches import Batch, build
 from lakepubsub.publish.intake import Intake
 from lakepubsub.publish.publisher import TopicPublisher
 from lakepubsub.settings import Settings
+from lakepubsub.workers import Workers
 
 
 class Publishers:
@@ -37,9 +36,7 @@ class Publishers:
         self._intake = intake
         self._on_commit = on_commit
         self._forward = forward
-        self._lock = threading.Lock()
-        self._publishers: dict[str, TopicPublisher] = {}
-        self._closed = False
+        self._publishers: Workers[TopicPublisher] = Workers()
 
     def submit(self, topic_uid: str, batch: Batch) -> Future[list[str]]:
         """Queue a checked batch; the future gives its message ids once committed."""
@@ -60,33 +57,24 @@ class Publishers:
         self._publisher(topic_uid).submit(batch).result()
 
     def _publisher(self, topic_uid: str) -> TopicPublisher:
-        with self._lock:
-            if self._closed:
-                raise errors.Unavailable("the engine is shutting down")
-            publisher = self._publishers.get(topic_uid)
-            if publisher is None:
-                publisher = TopicPublisher(
-                    self._lake,
-                    topic_uid,
-                    self._settings,
-                    on_commit=lambda batch, version: self._on_commit(topic_uid, version),
-                    forward=lambda columns: self._forward(topic_uid, columns),
-                    intake=self._intake,
-                )
-                self._publishers[topic_uid] = publisher
-            return publisher
+        return self._publishers.get(
+            topic_uid,
+            lambda: TopicPublisher(
+                self._lake,
+                topic_uid,
+                self._settings,
+                on_commit=lambda batch, version: self._on_commit(topic_uid, version),
+                forward=lambda columns: self._forward(topic_uid, columns),
+                intake=self._intake,
+            ),
+        )
 
     def forget(self, topic_uid: str) -> None:
         """The topic was deleted: its publisher stops."""
-        with self._lock:
-            publisher = self._publishers.pop(topic_uid, None)
+        publisher = self._publishers.remove(topic_uid)
         if publisher is not None:
             publisher.close()
 
     def shut(self) -> list[TopicPublisher]:
         """Take no more publishes; the publishers to close."""
-        with self._lock:
-            self._closed = True
-            publishers = list(self._publishers.values())
-            self._publishers.clear()
-        return publishers
+        return self._publishers.shut()

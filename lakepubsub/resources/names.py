@@ -42,13 +42,19 @@ def validate_id(kind: str, resource_id: str) -> str:
 
 @dataclass(frozen=True, order=True)
 class ResourceName:
-    """A validated ``projects/{project}/{collection}/{id}`` name."""
+    """A validated ``projects/{project}/{collection}/{id}`` name; each subclass gives its
+    collection and what one of it is called (``kind``) in its class line."""
 
     collection: ClassVar[str] = ""
     kind: ClassVar[str] = ""
 
     project: str
     id: str
+
+    def __init_subclass__(cls, *, collection: str, kind: str) -> None:
+        super().__init_subclass__()
+        cls.collection = collection
+        cls.kind = kind
 
     def __post_init__(self) -> None:
         validate_project(self.project)
@@ -72,21 +78,13 @@ class ResourceName:
         )
 
 
-class TopicName(ResourceName):
-    collection = "topics"
-    kind = "topic"
+class TopicName(ResourceName, collection="topics", kind="topic"): ...
 
 
-class SubscriptionName(ResourceName):
-    collection = "subscriptions"
-    kind = "subscription"
+class SubscriptionName(ResourceName, collection="subscriptions", kind="subscription"): ...
 
 
-class SnapshotName(ResourceName):
-    collection = "snapshots"
-    kind = "snapshot"
+class SnapshotName(ResourceName, collection="snapshots", kind="snapshot"): ...
 
 
-class SchemaName(ResourceName):
-    collection = "schemas"
-    kind = "schema"
+class SchemaName(ResourceName, collection="schemas", kind="schema"): ...

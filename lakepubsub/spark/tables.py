@@ -16,6 +16,7 @@ import os
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import TypedDict, Unpack
 from urllib.parse import urlparse
 
 from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
@@ -108,19 +109,19 @@ def read_table(
         raise errors.FailedPrecondition(f"{uri}: {java_error(exc)}") from exc
 
 
+class ReadOptions(TypedDict, total=False):
+    """``read_table``'s keyword arguments."""
+
+    version: int | None
+    timestamp: datetime | str | None
+    storage_options: Mapping[str, str] | None
+
+
 def create_view(
-    spark: SparkSession,
-    name: str,
-    uri: str,
-    *,
-    version: int | None = None,
-    timestamp: datetime | str | None = None,
-    storage_options: Mapping[str, str] | None = None,
+    spark: SparkSession, name: str, uri: str, **options: Unpack[ReadOptions]
 ) -> DataFrame:
-    """A temporary view ``name`` of one pinned table version (``read_table``'s arguments)."""
-    frame = read_table(
-        spark, uri, version=version, timestamp=timestamp, storage_options=storage_options
-    )
+    """A temporary view ``name`` of one pinned table version, read as ``read_table`` reads it."""
+    frame = read_table(spark, uri, **options)
     frame.createOrReplaceTempView(name)
     return frame
 

@@ -14,43 +14,34 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakepubsub.resources._filters.nodes import (
-    And,
-    Equals,
-    Expression,
-    Has,
-    HasPrefix,
-    Not,
-    NotEquals,
-    Or,
-)
+from lakepubsub.resources._filters import nodes
 
 Predicate = Callable[[Mapping[str, str]], bool]
 _BINARY = 2
 
 
-def compile_predicate(expression: Expression) -> Predicate:
+def compile_predicate(expression: nodes.Expression) -> Predicate:
     """A function answering whether one message's attributes match ``expression``."""
     match expression:
-        case Has(key):
+        case nodes.Has(key):
             return lambda attributes: key in attributes
-        case Equals(key, value):
+        case nodes.Equals(key, value):
             return lambda attributes: attributes.get(key) == value
-        case NotEquals(key, value):
+        case nodes.NotEquals(key, value):
             return lambda attributes: attributes.get(key) != value
-        case HasPrefix(key, prefix):
+        case nodes.HasPrefix(key, prefix):
 
             def has_prefix(attributes: Mapping[str, str]) -> bool:
                 value = attributes.get(key)
                 return value is not None and value.startswith(prefix)
 
             return has_prefix
-        case Not(operand):
+        case nodes.Not(operand):
             inner = compile_predicate(operand)
             return lambda attributes: not inner(attributes)
-        case And(operands):
+        case nodes.And(operands):
             return _all([compile_predicate(operand) for operand in operands])
-        case Or(operands):
+        case nodes.Or(operands):
             return _any([compile_predicate(operand) for operand in operands])
     raise TypeError(f"not a filter expression: {expression!r}")
 
@@ -70,7 +61,7 @@ def _any(predicates: list[Predicate]) -> Predicate:
     return lambda attributes: any(predicate(attributes) for predicate in predicates)
 
 
-def evaluate_mask(expression: Expression | None, column: Any) -> Any:
+def evaluate_mask(expression: nodes.Expression | None, column: Any) -> Any:
     """One boolean per row of a ``map<string, string>`` column (an Array or a ChunkedArray)."""
     if not isinstance(column, pa.Array | pa.ChunkedArray) or not pa.types.is_map(column.type):
         raise TypeError(f"expected a pyarrow map<string, string> column, got {column!r:.80}")
@@ -94,21 +85,21 @@ class _Column:
         self._values: dict[str, Any] = {}
         self._present: dict[str, Any] = {}
 
-    def evaluate(self, expression: Expression) -> Any:
+    def evaluate(self, expression: nodes.Expression) -> Any:
         match expression:
-            case Has(key):
+            case nodes.Has(key):
                 return self.present(key)
-            case Equals(key, value):
+            case nodes.Equals(key, value):
                 return pc.fill_null(pc.equal(self.values(key), value), False)
-            case NotEquals(key, value):
-                return pc.invert(self.evaluate(Equals(key, value)))
-            case HasPrefix(key, prefix):
+            case nodes.NotEquals(key, value):
+                return pc.invert(self.evaluate(nodes.Equals(key, value)))
+            case nodes.HasPrefix(key, prefix):
                 return pc.fill_null(pc.starts_with(self.values(key), pattern=prefix), False)
-            case Not(operand):
+            case nodes.Not(operand):
                 return pc.invert(self.evaluate(operand))
-            case And(operands):
+            case nodes.And(operands):
                 return reduce(pc.and_, [self.evaluate(operand) for operand in operands])
-            case Or(operands):
+            case nodes.Or(operands):
                 return reduce(pc.or_, [self.evaluate(operand) for operand in operands])
         raise TypeError(f"not a filter expression: {expression!r}")
 

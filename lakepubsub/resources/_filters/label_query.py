@@ -80,22 +80,8 @@ def _atom(scanner: Scanner) -> Expression:
 
 
 def _key(scanner: Scanner) -> str:
-    key = scanner.quoted_or_run(_KEY_CHARS)
-    if key is None:
-        raise scanner.error("a label key such as example.com/device_type")
-    return key
+    return scanner.quoted_or_run(_KEY_CHARS, "a label key such as example.com/device_type")
 
 
 def _value(scanner: Scanner) -> str:
-    quoted = scanner.quoted()
-    if quoted is not None:
-        return quoted
-    start = scanner.pos
-    text = scanner.text
-    end = start
-    while end < len(text) and text[end] not in _VALUE_STOP:
-        end += 1
-    if end == start:
-        raise scanner.error("a label value")
-    scanner.pos = end
-    return text[start:end]
+    return scanner.quoted_or_run(_VALUE_STOP, "a label value", stop=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import ClassVar
 
 # AND and OR take this many operands or more: the canonical text cannot spell fewer.
 MIN_OPERANDS = 2
@@ -35,25 +36,27 @@ class Has:
 
 
 @dataclass(frozen=True, slots=True)
-class Equals:
-    """``attributes.KEY = "VALUE"``: the attribute is present with exactly this value."""
-
+class _Comparison:
     key: str
     value: str
+    operator: ClassVar[str]
 
     def __str__(self) -> str:
-        return f"attributes.{render_key(self.key)} = {quote(self.value)}"
+        return f"attributes.{render_key(self.key)} {self.operator} {quote(self.value)}"
 
 
 @dataclass(frozen=True, slots=True)
-class NotEquals:
+class Equals(_Comparison):
+    """``attributes.KEY = "VALUE"``: the attribute is present with exactly this value."""
+
+    operator = "="
+
+
+@dataclass(frozen=True, slots=True)
+class NotEquals(_Comparison):
     """``attributes.KEY != "VALUE"``: the negation of `Equals`, so an absent key matches."""
 
-    key: str
-    value: str
-
-    def __str__(self) -> str:
-        return f"attributes.{render_key(self.key)} != {quote(self.value)}"
+    operator = "!="
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,37 +81,33 @@ class Not:
 
 
 @dataclass(frozen=True, slots=True)
-class And:
-    """``a AND b AND ...``: two or more operands, all of which match."""
-
+class _Junction:
     operands: tuple[Expression, ...]
+    operator: ClassVar[str]
 
     def __post_init__(self) -> None:
-        _check_operands(self.operands, "And")
+        if not isinstance(self.operands, tuple) or len(self.operands) < MIN_OPERANDS:
+            raise ValueError(f"{type(self).__name__} needs a tuple of at least two operands")
 
     def __str__(self) -> str:
-        return " AND ".join(_render_operand(operand) for operand in self.operands)
+        return f" {self.operator} ".join(_render_operand(operand) for operand in self.operands)
 
 
 @dataclass(frozen=True, slots=True)
-class Or:
+class And(_Junction):
+    """``a AND b AND ...``: two or more operands, all of which match."""
+
+    operator = "AND"
+
+
+@dataclass(frozen=True, slots=True)
+class Or(_Junction):
     """``a OR b OR ...``: two or more operands, at least one of which matches."""
 
-    operands: tuple[Expression, ...]
-
-    def __post_init__(self) -> None:
-        _check_operands(self.operands, "Or")
-
-    def __str__(self) -> str:
-        return " OR ".join(_render_operand(operand) for operand in self.operands)
+    operator = "OR"
 
 
 Expression = Has | Equals | NotEquals | HasPrefix | Not | And | Or
-
-
-def _check_operands(operands: tuple[Expression, ...], name: str) -> None:
-    if not isinstance(operands, tuple) or len(operands) < MIN_OPERANDS:
-        raise ValueError(f"{name} needs a tuple of at least two operands")
 
 
 def _render_operand(expression: Expression) -> str:

@@ -13,16 +13,7 @@ Grammar (whitespace may separate any two tokens)::
 
 from __future__ import annotations
 
-from lakepubsub.resources._filters.nodes import (
-    And,
-    Equals,
-    Expression,
-    Has,
-    HasPrefix,
-    Not,
-    NotEquals,
-    Or,
-)
+from lakepubsub.resources._filters import nodes
 from lakepubsub.resources._filters.scanner import QUOTES, Scanner
 
 # Parentheses plus negations may nest this deep. A 256-byte filter never needs more, and the
@@ -34,7 +25,7 @@ _OPERATORS = ("AND", "OR")
 _TERM_START = "'(', '-', 'NOT', 'attributes' or 'hasPrefix'"
 
 
-def parse(text: str) -> Expression | None:
+def parse(text: str) -> nodes.Expression | None:
     """The expression in ``text``, or None when it is empty or only whitespace."""
     scanner = Scanner(text, "filter")
     scanner.skip_whitespace()
@@ -49,7 +40,7 @@ def parse(text: str) -> Expression | None:
     return expression
 
 
-def _expression(scanner: Scanner, depth: int) -> Expression:
+def _expression(scanner: Scanner, depth: int) -> nodes.Expression:
     operands = [_term(scanner, depth)]
     operator = None
     while True:
@@ -71,10 +62,10 @@ def _expression(scanner: Scanner, depth: int) -> Expression:
         operands.append(_term(scanner, depth))
     if operator is None:
         return operands[0]
-    return And(tuple(operands)) if operator == "AND" else Or(tuple(operands))
+    return nodes.And(tuple(operands)) if operator == "AND" else nodes.Or(tuple(operands))
 
 
-def _term(scanner: Scanner, depth: int) -> Expression:
+def _term(scanner: Scanner, depth: int) -> nodes.Expression:
     negations = 0
     while True:
         scanner.skip_whitespace()
@@ -88,11 +79,11 @@ def _term(scanner: Scanner, depth: int) -> Expression:
             break
     expression = _simple(scanner, depth)
     for _ in range(negations):
-        expression = Not(expression)
+        expression = nodes.Not(expression)
     return expression
 
 
-def _simple(scanner: Scanner, depth: int) -> Expression:
+def _simple(scanner: Scanner, depth: int) -> nodes.Expression:
     start = scanner.pos
     if scanner.take("("):
         _check_depth(scanner, depth + 1, at=start)
@@ -117,22 +108,22 @@ def _simple(scanner: Scanner, depth: int) -> Expression:
     raise scanner.error(_TERM_START)
 
 
-def _restriction(scanner: Scanner) -> Expression:
+def _restriction(scanner: Scanner) -> nodes.Expression:
     scanner.skip_whitespace()
     if scanner.take(":"):
-        return Has(_key(scanner))
+        return nodes.Has(_key(scanner))
     if not scanner.take("."):
         raise scanner.error("':' or '.' after 'attributes'")
     key = _key(scanner)
     scanner.skip_whitespace()
     if scanner.take("!="):
-        return NotEquals(key, _string(scanner))
+        return nodes.NotEquals(key, _string(scanner))
     if scanner.take("="):
-        return Equals(key, _string(scanner))
+        return nodes.Equals(key, _string(scanner))
     raise scanner.error("'=' or '!='")
 
 
-def _has_prefix(scanner: Scanner) -> Expression:
+def _has_prefix(scanner: Scanner) -> nodes.Expression:
     scanner.expect("(")
     scanner.skip_whitespace()
     if not scanner.take_word("attributes"):
@@ -142,16 +133,16 @@ def _has_prefix(scanner: Scanner) -> Expression:
     scanner.expect(",")
     prefix = _string(scanner)
     scanner.expect(")")
-    return HasPrefix(key, prefix)
+    return nodes.HasPrefix(key, prefix)
 
 
 def _key(scanner: Scanner) -> str:
-    key = scanner.quoted_or_run(BARE_KEY_CHARS)
-    if key is None and scanner.peek() == "\\":
+    scanner.skip_whitespace()
+    if scanner.peek() == "\\":
         raise scanner.fail("escape sequences are only allowed inside a quoted string")
-    if key is None:
-        raise scanner.error("an attribute key (letters, digits, '-' and '_', or a quoted string)")
-    return key
+    return scanner.quoted_or_run(
+        BARE_KEY_CHARS, "an attribute key (letters, digits, '-' and '_', or a quoted string)"
+    )
 
 
 def _string(scanner: Scanner) -> str:

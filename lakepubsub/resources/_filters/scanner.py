@@ -77,10 +77,12 @@ class Scanner:
             return True
         return False
 
-    def take_run(self, allowed: frozenset[str]) -> str:
+    def take_run(self, chars: frozenset[str], *, stop: bool = False) -> str:
+        """The run of characters in ``chars`` at the cursor (with ``stop``: of characters
+        not in it), consumed."""
         text, start = self.text, self.pos
         end = start
-        while end < len(text) and text[end] in allowed:
+        while end < len(text) and (text[end] in chars) != stop:
             end += 1
         self.pos = end
         return text[start:end]
@@ -115,13 +117,16 @@ class Scanner:
         self.skip_whitespace()
         return self.string_literal() if self.peek() in QUOTES else None
 
-    def quoted_or_run(self, allowed: frozenset[str]) -> str | None:
-        """The next token, a quoted string (decoded) or a run of ``allowed`` characters;
-        None if neither starts there."""
+    def quoted_or_run(self, chars: frozenset[str], expected: str, *, stop: bool = False) -> str:
+        """The next token, a quoted string (decoded) or a run as `take_run` reads it;
+        ``expected X, found Y`` if neither starts there."""
         quoted = self.quoted()
         if quoted is not None:
             return quoted
-        return self.take_run(allowed) or None
+        run = self.take_run(chars, stop=stop)
+        if not run:
+            raise self.error(expected)
+        return run
 
     def string_literal(self) -> str:
         """Reads a quoted string at the cursor and returns its decoded value."""
