@@ -129,7 +129,7 @@ class Mover:
         waiting = [s for s in slices if s.hi > moved]
         if not waiting:
             return False
-        size = sum(s.rows.nbytes for s in waiting if s.rows is not None)
+        size = sum(s.nbytes for s in waiting)
         return now - waiting[0].seen_at >= move_after_s or size >= constants.INTAKE_MOVE_BYTES
 
     def move(self, topic_uid: str) -> None:
