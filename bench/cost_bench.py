@@ -51,8 +51,7 @@ def run(messages: int, batch: int) -> list[str]:
     phases: dict[str, Counter[str]] = {}
     with LakePubSubServer(s3=True) as server:
         assert server.moto is not None
-        topic = server.create_topic()
-        subscription = server.create_subscription(topic, ack_deadline_s=60)
+        topic, subscription = server.topic_and_subscription(ack_deadline_s=60)
         offset = server.moto.log_offset()
         started = time.monotonic()
         lps.publish(server, topic, batch_size=batch, per_client=[per_client] * PUBLISHERS)

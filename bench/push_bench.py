@@ -204,9 +204,8 @@ class Endpoint:
 
 def _topic_and_subscription(server: LakePubSubServer, push_endpoint: str | None) -> tuple[str, str]:
     """A fresh topic and subscription (push to ``push_endpoint`` unless None)."""
-    topic = server.create_topic()
     push = {} if push_endpoint is None else {"pushConfig": {"pushEndpoint": push_endpoint}}
-    return topic, server.create_subscription(topic, ack_deadline_s=ACK_DEADLINE_S, **push)
+    return server.topic_and_subscription(ack_deadline_s=ACK_DEADLINE_S, **push)
 
 
 def _wait_for_messages(endpoint: Endpoint, path: str, count: int) -> None:

@@ -161,8 +161,7 @@ def timed(
 def run_servers(n: int, clients: int, batch: int, seconds: float, s3: bool) -> list[Phase]:
     with servers_on_one_lake(n, s3) as servers:
         urls = [server.url for server in servers]
-        topic = servers[0].create_topic()
-        sub = servers[0].create_subscription(topic, ack_deadline_s=60)
+        topic, sub = servers[0].topic_and_subscription(ack_deadline_s=60)
         phases = []
         before = counters(servers)
         (wall, per), use = metered(

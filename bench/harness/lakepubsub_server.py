@@ -22,7 +22,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager as ContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +97,8 @@ class Counters:
     commits: int
     conflicts: int
     moto_log_offset: int
+    # The Delta commits by table ("messages", "intake", "leases"...).
+    commits_by_table: dict[str, float] = field(default_factory=dict)
 
 
 class LakePubSubServer:
@@ -269,17 +271,22 @@ class LakePubSubServer:
         return self.url.removeprefix("http://")
 
     def counters(self) -> Counters:
-        """This server's Delta commit and conflict counters (all tables), and moto's log offset."""
+        """This server's Delta commit and conflict counters, and moto's log offset."""
         text = httpx.get(f"{self.url}/metrics", timeout=REQUEST_TIMEOUT_S).text
-        found = {_COMMITS: 0.0, _CONFLICTS: 0.0}
+        by_table: dict[str, float] = {}
+        conflicts = 0.0
         for line in text.splitlines():
             name, _, rest = line.partition("{")
-            if name in found:
-                found[name] += float(rest.rpartition(" ")[2])
+            if name == _COMMITS:
+                table = rest.partition('table="')[2].partition('"')[0]
+                by_table[table] = by_table.get(table, 0.0) + float(rest.rpartition(" ")[2])
+            elif name == _CONFLICTS:
+                conflicts += float(rest.rpartition(" ")[2])
         return Counters(
-            commits=round(found[_COMMITS]),
-            conflicts=round(found[_CONFLICTS]),
+            commits=round(sum(by_table.values())),
+            conflicts=round(conflicts),
             moto_log_offset=self.moto.log_offset() if self.moto else 0,
+            commits_by_table=by_table,
         )
 
     @contextlib.contextmanager
@@ -304,6 +311,11 @@ class LakePubSubServer:
         answer = httpx.put(f"{self.url}/v1/{path}", json=body, timeout=REQUEST_TIMEOUT_S)
         answer.raise_for_status()
         return path
+
+    def topic_and_subscription(self, *, ack_deadline_s: int, **fields: Any) -> tuple[str, str]:
+        """A fresh topic and one fresh subscription to it (``fields`` as above)."""
+        topic = self.create_topic()
+        return topic, self.create_subscription(topic, ack_deadline_s=ack_deadline_s, **fields)
 
     def topic_head(self, topic: str) -> int:
         """How many messages the topic holds."""
