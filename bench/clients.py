@@ -2,8 +2,9 @@
 
 Every client is its own process; all clients of a run wait at one barrier and
 start together, and the server is metered from the common start until the last
-client reports. A job's ``run(ctx)`` returns a ``Report`` (or a coroutine of
-one, run on its own event loop).
+client reports. A job is a module's function whose last argument is the run's
+``Context``, the others bound with ``functools.partial`` (so that it pickles):
+``job(ctx)`` returns a ``Report`` (or a coroutine of one, run on its own event loop).
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ import queue
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.queues import Queue
 from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Barrier
-from typing import Any, Protocol
+from typing import Any
 
 from bench.harness.lakepubsub_server import BenchError
 from bench.harness.meter import ProcessMeter, ProcessUsage
@@ -48,10 +49,6 @@ class Report:
 @dataclass(frozen=True)
 class _Failure:
     traceback: str
-
-
-class Job(Protocol):
-    def run(self, ctx: Context) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -95,9 +92,11 @@ def span_s(reports: Sequence[Report]) -> float:
     return max(r.end_s for r in reports) - min(r.start_s for r in reports)
 
 
-def _client_main(job: Job, ctx: Context, reports: Queue[Report | _Failure]) -> None:
+def _client_main(
+    job: Callable[[Context], Any], ctx: Context, reports: Queue[Report | _Failure]
+) -> None:
     try:
-        done = job.run(ctx)
+        done = job(ctx)
         reports.put(asyncio.run(done) if inspect.iscoroutine(done) else done)
     except BaseException:
         ctx.barrier.abort()
@@ -105,7 +104,7 @@ def _client_main(job: Job, ctx: Context, reports: Queue[Report | _Failure]) -> N
 
 
 def run_clients(
-    jobs: Sequence[Job], *, server_pid: int, preload: str | None = None
+    jobs: Sequence[Callable[[Context], Any]], *, server_pid: int, preload: str | None = None
 ) -> tuple[list[Report], ProcessUsage]:
     """Run each job in its own process; start them together; meter the server.
 

@@ -54,7 +54,9 @@ def run(messages: int, batch: int) -> list[str]:
         topic, subscription = server.topic_and_subscription(ack_deadline_s=60)
         offset = server.moto.log_offset()
         started = time.monotonic()
-        lps.publish(server, topic, batch_size=batch, per_client=[per_client] * PUBLISHERS)
+        lps.publish(
+            server.url, server.pid, topic, batch_size=batch, per_client=[per_client] * PUBLISHERS
+        )
         publish_s = time.monotonic() - started
         phases["publish"] = server.moto.requests_since(offset)
         offset = server.moto.log_offset()

@@ -41,7 +41,7 @@ from api.grpc.door import SERVER_OPTIONS
 from bench import gobuild, grpc_bench, peer_nats, report
 from bench import peer_lakepubsub as lps
 from bench import workload as w
-from bench.clients import run_clients, span_s
+from bench.clients import span_s
 from bench.harness import scratch
 from bench.harness.lakepubsub_server import BenchError
 from bench.harness.nats_server import NatsServer
@@ -197,9 +197,10 @@ def rest_pair(clients: int, n: int) -> list[w.Result]:
         asyncio.run(peer_nats.create_stream(server.url))
         found.append((peer_nats.SYSTEM, *peer_nats._publish(server, 1, [per_client] * clients)))
     with empty_rest_server() as (pid, port):
-        url = f"http://127.0.0.1:{port}"
-        jobs = [lps._PublishJob(url, TOPIC, 1, per_client, k * per_client) for k in range(clients)]
-        found.append((FLOOR, *run_clients(jobs, server_pid=pid, preload=lps.__name__)))
+        published = lps.publish(
+            f"http://127.0.0.1:{port}", pid, TOPIC, batch_size=1, per_client=[per_client] * clients
+        )
+        found.append((FLOOR, *published))
     return [
         figure
         for system, reports, usage in found

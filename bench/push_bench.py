@@ -224,7 +224,7 @@ def _wait_for_messages(endpoint: Endpoint, path: str, count: int) -> None:
 def _publish_at_rate(server: LakePubSubServer, topic: str, rate_per_s: int, messages: int) -> float:
     """The peer's latency publisher (its own process): one message per request, stamped
     with its send time. Returns the rate it achieved."""
-    job = lps._LatencyPublishJob(server.url, topic, rate_per_s=rate_per_s, messages=messages)
+    job = partial(lps.latency_publisher, server.url, topic, rate_per_s, messages)
     [done], _ = run_clients([job], server_pid=server.pid, preload=lps.__name__)
     return messages / (done.end_s - done.start_s)
 

@@ -129,15 +129,13 @@ def test_latency_receives_every_message_and_hands_out_samples(
 
 def test_a_server_error_fails_the_run(server: LakePubSubServer) -> None:
     missing = w.PullCase(consumers=1, backlog_messages=10, max_messages_per_pull=10)
-    job = lps.ConsumeJob(
-        url=server.url,
-        subscription="projects/bench/subscriptions/no-such-subscription",
-        max_messages_per_pull=missing.max_messages_per_pull,
-        total=missing.backlog_messages,
-    )
-
     with pytest.raises(BenchError, match="HTTP 404"):
-        lps._run_clients([job], server_pid=server.pid)
+        lps.consume(
+            server,
+            "projects/bench/subscriptions/no-such-subscription",
+            total=missing.backlog_messages,
+            max_messages_per_pull=missing.max_messages_per_pull,
+        )
 
 
 def test_run_all_repeats_each_case_and_merges_runs() -> None:
