@@ -1,13 +1,7 @@
 """Library-level benchmark of the core engine (no HTTP): publish and pull+ack.
 
-Workloads (1 KiB messages, one process, real threads):
-- publish throughput: 8 threads publishing batches of 1,000;
-- publish latency: 8 threads each publishing one message at a time;
-- pull + ack: a pre-published backlog drained by 4 consumer threads
-  (pull up to 1,000, then acknowledge them), with Delta commits per delivered message.
-
-Each figure is the median of ``--runs`` runs (min-max in brackets). Writes
-core.md (or core-quick.md).
+The workloads: bench/README.md, "The engine without HTTP". Writes ``core.md`` (or
+``core-quick.md``).
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """What a million 1 KiB messages cost on S3: published once, delivered once.
 
-One server on a moto S3 lake; 8 clients publish in batches over REST, one
-consumer drains (pull 1,000 + ack). moto's request log gives each phase's S3
-requests by kind, priced at list prices (``bench/s3/prices.py``) and scaled to a
-million messages; storage is the bytes the lake holds after the run, kept for
-the default topic history. The maintenance jobs are not run, so their requests
-are not counted. Writes ``cost.md``.
+The phases and prices: bench/README.md, "Cost on S3". Writes ``cost.md``.
 """
 
 from __future__ import annotations

@@ -1,21 +1,8 @@
 """Schemas: what validation costs a publisher, and what a typed view costs a query.
 
-1. **Publish.** A lakepubsub server (uvicorn, local lake) gets ``--requests``
-   REST publish requests of 100 messages from 4 client threads, to a topic
-   without a schema and to a topic with an Avro schema (BINARY), in
-   alternating rounds; every message is the same 1 KiB Avro record (ten
-   fields). The figure is the server process's CPU (user + system, from the
-   kernel) per message: it barely moves when other work shares the machine,
-   unlike throughput, which is reported too.
-2. **Typed view.** ``--records`` Avro records (~200 bytes: id, region,
-   amount, count, note) are published to a topic with a schema that gained a
-   revision half-way; the same aggregate runs on the typed view (Spark's
-   ``from_avro``), on the same decoding done by a Python Arrow UDF (fastavro),
-   and on plain parquet holding the decoded columns. Median wall and CPU
-   seconds (Spark's JVM and Python workers) of ``--runs`` runs after a warm-up.
-
-Writes bench/results/schema.md (schema-quick.md with ``--quick``); ``--publish-only``
-runs part 1 alone and only prints it.
+The two parts: bench/README.md, "Schemas: validation on publish, typed views". Writes
+``schema.md`` (``schema-quick.md`` with ``--quick``); ``--publish-only`` runs the first
+part alone and only prints it.
 """
 
 from __future__ import annotations

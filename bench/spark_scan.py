@@ -1,33 +1,6 @@
-"""Spark SQL over a messages table: delta-spark (``format("delta")``) vs ``spark.read.parquet``.
-
-Builds a messages table with delta-rs (``--rows`` messages of 1 KiB
-incompressible data in ``--files`` commits, one file each, then a
-checkpoint) in a temp dir, or with ``--s3`` in the bucket of a moto S3
-server started for the run (``python -m moto.server`` on 127.0.0.1, read
-through hadoop-aws ``s3a://``), then times three queries on a temporary
-view over each read path:
-
-- ``full scan``: every column of every row (``SELECT *`` into Spark's ``noop`` sink)
-- ``4-column aggregate``: ``attributes['k']``, ``count(*)``, ``sum(size)``,
-  ``max(publish_time)``, ``min(offset)`` ``GROUP BY 1``
-- ``count``: ``SELECT count(*) ...``
-
-Paths: (a) ``spark.read.parquet`` on the table directory, the baseline;
-(b) ``spark.read.format("delta")``, Delta's own connector, which is how the
-views read the lake. Each figure is the median of ``--runs``
-timed runs after one warm-up, in seconds, with min-max and the ratios of
-median and of minimum to the baseline's, and the median CPU seconds of the
-Spark JVM and its Python workers (which other load on the machine, recorded
-in the report, hardly disturbs). The time to pin the version and create each
-view is reported separately. Writes
-bench/results/spark_scan.md (spark_scan-s3.md with ``--s3``; ``-quick`` with ``--quick``).
-
-``--shell`` measures the interactive ``lakepubsub sql`` instead: it publishes
-``--rows`` messages (100 B, batches of 1,000) to a topic of a local lake
-through the engine, starts the shell on a pseudo-terminal, and times the start
-until the prompt, then ``SELECT count(*)`` from typing the statement to its
-answer (``--runs`` times), before and after the compaction job's rewrite of
-the topic's files; it replaces the shell section of spark_scan.md.
+"""Spark SQL over a messages table: delta-spark (``format("delta")``) vs ``spark.read.parquet``,
+and with ``--shell`` the ``lakepubsub sql`` shell's latency. The cases and figures:
+bench/README.md, "Spark SQL over history". Writes ``spark_scan*.md``.
 """
 
 from __future__ import annotations
