@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import io
 import os
 import platform
 import resource
-import socket
 import subprocess
 import sys
 import time
@@ -45,7 +45,7 @@ from bench.clients import span_s
 from bench.harness import scratch
 from bench.harness.lakepubsub_server import BenchError
 from bench.harness.nats_server import NatsServer
-from bench.harness.ports import free_port
+from bench.harness.ports import free_port, wait_for_port
 from lakepubsub import Engine, PublishMessage, Topic, TopicName
 from lakepubsub._lake import table_schemas
 from lakepubsub.settings import Settings
@@ -92,7 +92,7 @@ async def empty_rest_app(
 _REST_COUNTER = [0]
 
 
-async def _serve_empty_grpc(port_file: Path) -> None:
+async def _serve_empty_grpc(port: int) -> None:
     counter = [0]
     request_type, response_type = PublishRequest.pb(), PublishResponse.pb()
 
@@ -106,59 +106,34 @@ async def _serve_empty_grpc(port_file: Path) -> None:
     )
     server = grpc.aio.server(options=SERVER_OPTIONS)
     server.add_generic_rpc_handlers((handler,))
-    port = server.add_insecure_port("127.0.0.1:0")
+    server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
-    written = port_file.with_suffix(".tmp")
-    written.write_text(str(port))
-    written.replace(port_file)  # whole, so the parent never reads half a number
     await server.wait_for_termination()
 
 
 @contextmanager
-def _process(command: list[str], port: Callable[[], int | None]) -> Iterator[tuple[int, int]]:
-    """A server subprocess, until ``port()`` says where it listens: (pid, port)."""
-    process = subprocess.Popen(command, cwd=Path(__file__).resolve().parent.parent)
+def _server(*command: str) -> Iterator[tuple[int, int]]:
+    """A server subprocess, its port appended to ``command``, until it listens: (pid, port)."""
+    port = free_port()  # below the ephemeral range: no port-0 bind takes it meanwhile
+    process = subprocess.Popen([*command, str(port)], cwd=Path(__file__).resolve().parent.parent)
     try:
-        deadline = time.monotonic() + SERVER_START_S
-        while (found := port()) is None:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise BenchError(f"{' '.join(command)} did not start")
-            time.sleep(0.05)
-        yield process.pid, found
+        wait_for_port(port, SERVER_START_S, process)
+        yield process.pid, port
     finally:
         process.kill()
         process.wait()
 
 
-@contextmanager
-def empty_rest_server() -> Iterator[tuple[int, int]]:
-    chosen = free_port()  # below the ephemeral range: no port-0 bind takes it meanwhile
-
-    def listening() -> int | None:
-        with socket.socket() as probe:
-            return chosen if probe.connect_ex(("127.0.0.1", chosen)) == 0 else None
-
-    command = [
-        *(sys.executable, "-m", "uvicorn", "bench.floors:empty_rest_app", "--port", str(chosen)),
+def empty_rest_server() -> contextlib.AbstractContextManager[tuple[int, int]]:
+    return _server(
+        *(sys.executable, "-m", "uvicorn", "bench.floors:empty_rest_app"),
         *("--loop", "uvloop", "--http", "httptools", "--lifespan", "off"),
-        *("--no-access-log", "--log-level", "warning"),
-    ]
-    with _process(command, listening) as server:
-        yield server
+        *("--no-access-log", "--log-level", "warning", "--port"),
+    )
 
 
-@contextmanager
-def empty_grpc_server(directory: Path) -> Iterator[tuple[int, int]]:
-    port_file = directory / "grpc.port"
-    port_file.unlink(missing_ok=True)  # the last server's
-
-    def written() -> int | None:
-        text = port_file.read_text() if port_file.exists() else ""
-        return int(text) if text else None
-
-    command = [sys.executable, "-m", "bench", "floors", "--serve-grpc", str(port_file)]
-    with _process(command, written) as server:
-        yield server
+def empty_grpc_server() -> contextlib.AbstractContextManager[tuple[int, int]]:
+    return _server(sys.executable, "-m", "bench", "floors", "--serve-grpc")
 
 
 # --- the side-by-side floors ----------------------------------------------------------
@@ -210,7 +185,7 @@ def rest_pair(clients: int, n: int) -> list[w.Result]:
     ]  # fmt: skip
 
 
-def grpc_pair(binary: Path, publishers: int, n: int, directory: Path) -> list[w.Result]:
+def grpc_pair(binary: Path, publishers: int, n: int) -> list[w.Result]:
     """JetStream, then the empty gRPC server, each through ``bench/loadgen``."""
     publish = ["-mode", "publish", "-publishers", str(publishers), "-messages", str(n), "-single"]
     found = []
@@ -223,7 +198,7 @@ def grpc_pair(binary: Path, publishers: int, n: int, directory: Path) -> list[w.
                 grpc_bench.run_loadgen(binary, nats + publish, server_pid=server.pid),
             )
         )
-    with empty_grpc_server(directory) as (pid, port):
+    with empty_grpc_server() as (pid, port):
         env = {"PUBSUB_EMULATOR_HOST": f"127.0.0.1:{port}"}
         args = ["-system", "pubsub", "-topic", TOPIC, *publish]
         found.append((FLOOR, grpc_bench.run_loadgen(binary, args, server_pid=pid, env=env)))
@@ -343,21 +318,17 @@ QUICK = Sizes(rest_single=200, rest_eight=400, grpc_single=200, grpc_eight=400, 
 def run(sizes: Sizes, progress: Callable[[str], None] = print) -> list[w.Result]:
     binary = gobuild.build()
     raw: list[w.Result] = []
-    directory = scratch.directory("bench-floors-")
     steps: list[tuple[str, Callable[[], list[w.Result]]]] = [
         ("rest, 1 client", lambda: rest_pair(1, sizes.rest_single)),
         ("rest, 8 clients", lambda: rest_pair(8, sizes.rest_eight)),
-        ("grpc, 1 publisher", lambda: grpc_pair(binary, 1, sizes.grpc_single, directory)),
-        ("grpc, 8 publishers", lambda: grpc_pair(binary, 8, sizes.grpc_eight, directory)),
+        ("grpc, 1 publisher", lambda: grpc_pair(binary, 1, sizes.grpc_single)),
+        ("grpc, 8 publishers", lambda: grpc_pair(binary, 8, sizes.grpc_eight)),
         ("in process", lambda: _in_process(sizes.commits)),
     ]
-    try:
-        for i in range(sizes.runs):
-            for name, step in steps:
-                progress(f"floors: {name} (run {i + 1}/{sizes.runs})")
-                raw += step()
-    finally:
-        scratch.release(directory)
+    for i in range(sizes.runs):
+        for name, step in steps:
+            progress(f"floors: {name} (run {i + 1}/{sizes.runs})")
+            raw += step()
     return w.merge_runs(raw)
 
 
@@ -416,7 +387,7 @@ def write_report(
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = report.parser(__doc__ or "", quick="tiny sizes, one run (CI)", runs=True)
-    parser.add_argument("--serve-grpc", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--serve-grpc", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_grpc is not None:
         asyncio.run(_serve_empty_grpc(args.serve_grpc))
