@@ -31,7 +31,7 @@ import httpx
 from bench.harness import scratch
 from bench.harness.moto_server import DIRECTORY_BUCKET_ENV, MotoServer
 from bench.harness.processes import stop
-from bench.harness.s3_proxy import S3Proxy
+from bench.harness.s3_proxy import KINDS, S3Proxy, request_kind
 from lakepubsub import Engine, Settings, constants
 from lakepubsub.resources.names import SubscriptionName, TopicName
 
@@ -47,9 +47,9 @@ REQUEST_TIMEOUT_S = 120.0
 # Acks reach the lease table within the server's lease flush window (30 s on S3:
 # held in memory, then committed together) and a commit's time after it.
 ACKS_SETTLE_TIMEOUT_S = 10.0 + constants.S3_LEASE_FLUSH_MS / 1000
-# S3 request kinds counted from moto's log; "post" (multipart, batch delete) is
-# billed as PUT, "delete" is free.
-S3_KINDS = ("put", "post", "list", "get", "head", "delete")
+# S3 request kinds counted from moto's log (as the proxy counts them); "post" (multipart,
+# batch delete) is billed as PUT, "delete" is free.
+S3_KINDS = KINDS
 _COMMITS = "lakepubsub_delta_commits_total"
 _CONFLICTS = "lakepubsub_commit_conflicts_total"
 _LISTENING = re.compile(r"Uvicorn running on http://127\.0\.0\.1:(\d+)")
@@ -78,16 +78,9 @@ class MotoS3(MotoServer):
             text = log.read()
         kinds: Counter[str] = Counter()
         for method, target in _MOTO_REQUEST.findall(text):
-            kinds[request_kind(method.decode(), target.decode())] += 1
+            path, _, query = target.decode().partition("?")
+            kinds[request_kind(method.decode(), path, query)] += 1
         return kinds
-
-
-def request_kind(method: str, target: str) -> str:
-    path, _, _ = target.partition("?")
-    if method == "GET":
-        # Path-style addressing: a GET on the bucket itself lists it.
-        return "list" if path.strip("/").count("/") == 0 else "get"
-    return method.lower() if method.lower() in S3_KINDS else "get"
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ from bench import charts, compare
 from bench import peer_lakepubsub as lps
 from bench import workload as w
 from bench.harness import scratch
-from bench.harness.lakepubsub_server import BenchError, LakePubSubServer, request_kind
+from bench.harness.lakepubsub_server import BenchError, LakePubSubServer
+from bench.harness.s3_proxy import request_kind
 
 USAGE_METRICS = {w.SERVER_CPU_PER_MILLION, w.SERVER_PEAK_RSS, w.CLIENT_CPU_PER_MILLION}
 STORAGE_METRICS = {lps.DELTA_COMMITS_PER_MILLION, lps.COMMIT_CONFLICTS_PER_MILLION}
@@ -207,7 +208,8 @@ def test_on_s3_counts_storage_requests() -> None:
     ],
 )
 def test_moto_requests_are_classified_as_s3_bills_them(method: str, target: str, kind: str) -> None:
-    assert request_kind(method, target) == kind
+    path, _, query = target.partition("?")
+    assert request_kind(method, path, query) == kind
 
 
 # --- the report ---------------------------------------------------------------
