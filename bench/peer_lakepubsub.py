@@ -13,8 +13,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import itertools
-import queue
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -187,35 +185,6 @@ def latency_publisher(url: str, topic: str, rate_per_s: int, messages: int, ctx:
         return clock.report(messages)
 
 
-class _Acker:
-    """Acknowledges from a thread of its own, so the next pull need not wait for an ack."""
-
-    def __init__(self, client: httpx.Client, path: str) -> None:
-        self._client = client
-        self._path = path
-        self._bodies: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        self._failure: BaseException | None = None
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-
-    def submit(self, body: bytes) -> None:
-        self._bodies.put(body)
-
-    def close(self) -> None:
-        """Send what is queued, stop; raise the first failure, if any."""
-        self._bodies.put(None)
-        self._thread.join()
-        if self._failure is not None:
-            raise self._failure
-
-    def _loop(self) -> None:
-        while (body := self._bodies.get()) is not None:
-            try:
-                _post(self._client, self._path, body)
-            except BaseException as exc:
-                self._failure = self._failure or exc
-
-
 def _latency_consumer(
     url: str, subscription: str, max_messages_per_pull: int, messages: int, ctx: Context
 ) -> Report:
@@ -226,32 +195,32 @@ def _latency_consumer(
     """
     pull_path, ack_path = f"/v1/{subscription}:pull", f"/v1/{subscription}:acknowledge"
     pull_body = _pull_body(max_messages_per_pull)
-    with _client(url, connections=2) as client:
-        acker = _Acker(client, ack_path)
+    # Acks go from a thread of their own, so the next pull need not wait for one.
+    with _client(url, connections=2) as client, ThreadPoolExecutor(1) as acker:
+        acks = []
         latencies_ms: list[float] = []
         redelivered = 0
         clock = ctx.start()
         last_progress_s = clock.start_s
-        try:
-            while len(latencies_ms) < messages:
-                if time.monotonic() - last_progress_s > STALL_TIMEOUT_S:
-                    raise BenchError(
-                        f"received {len(latencies_ms)} of {messages} messages, "
-                        f"then nothing for {STALL_TIMEOUT_S} s"
-                    )
-                items = _post(client, pull_path, pull_body).get("receivedMessages", [])
-                received_ns = time.monotonic_ns()
-                for item in items:
-                    if not _first_delivery(item):
-                        redelivered += 1
-                        continue
-                    sent_ns = int(item["message"]["attributes"][SENT_NS_ATTRIBUTE])
-                    latencies_ms.append((received_ns - sent_ns) / w.NS_PER_MS)
-                if items:
-                    acker.submit(_ack_body(items))
-                    last_progress_s = time.monotonic()
-        finally:
-            acker.close()
+        while len(latencies_ms) < messages:
+            if time.monotonic() - last_progress_s > STALL_TIMEOUT_S:
+                raise BenchError(
+                    f"received {len(latencies_ms)} of {messages} messages, "
+                    f"then nothing for {STALL_TIMEOUT_S} s"
+                )
+            items = _post(client, pull_path, pull_body).get("receivedMessages", [])
+            received_ns = time.monotonic_ns()
+            for item in items:
+                if not _first_delivery(item):
+                    redelivered += 1
+                    continue
+                sent_ns = int(item["message"]["attributes"][SENT_NS_ATTRIBUTE])
+                latencies_ms.append((received_ns - sent_ns) / w.NS_PER_MS)
+            if items:
+                acks.append(acker.submit(_post, client, ack_path, _ack_body(items)))
+                last_progress_s = time.monotonic()
+        for ack in acks:
+            ack.result()
         return clock.report(
             len(latencies_ms), latencies_ms=tuple(latencies_ms), redelivered=redelivered
         )
