@@ -17,6 +17,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
@@ -53,6 +54,9 @@ QUERIES = {
 # Queries whose every row would flood the driver: run into the noop sink, answer checked by count.
 NOOP_QUERIES = {"full scan"}
 S3_BUCKET = "lakepubsub-bench"
+# The read paths, by label: the data source each view ``v_<source>`` reads with.
+PATHS = {"(a) spark.read.parquet": "parquet", '(b) delta-spark format("delta")': "delta"}
+BASELINE = "(a) spark.read.parquet"
 
 
 @dataclass(frozen=True)
@@ -134,20 +138,12 @@ def interleaved(
 def views(spark: SparkSession, path: str) -> dict[str, Callable[[], DataFrame]]:
     """Each read path as a function that creates its view (timed as the pin cost)."""
 
-    def parquet() -> DataFrame:
-        frame = spark.read.parquet(path)
-        frame.createOrReplaceTempView("v_parquet")
+    def create(source: str) -> DataFrame:
+        frame = spark.read.format(source).load(path)
+        frame.createOrReplaceTempView(f"v_{source}")
         return frame
 
-    def delta() -> DataFrame:
-        frame = spark.read.format("delta").load(path)
-        frame.createOrReplaceTempView("v_delta")
-        return frame
-
-    return {
-        "(a) spark.read.parquet": parquet,
-        '(b) delta-spark format("delta")': delta,
-    }
+    return {label: partial(create, source) for label, source in PATHS.items()}
 
 
 def run(rows: int, files: int, runs: int, quick: bool, s3: bool) -> str:
@@ -164,15 +160,11 @@ def run(rows: int, files: int, runs: int, quick: bool, s3: bool) -> str:
         path = spark_path(uri)
         build_s = time.perf_counter() - start
         print(f"built {rows:,} rows in {files} files in {build_s:.1f} s", file=sys.stderr)
-        view_names = {
-            "(a) spark.read.parquet": "v_parquet",
-            '(b) delta-spark format("delta")': "v_delta",
-        }
         jvm_pid = int(spark.sparkContext._jvm.ProcessHandle.current().pid())  # type: ignore[union-attr]
         pins = interleaved(views(spark, path), runs, jvm_pid)
         results: dict[tuple[str, str], Timing] = {}
         for query, sql in QUERIES.items():
-            texts = {label: sql.format(view=view) for label, view in view_names.items()}
+            texts = {label: sql.format(view=f"v_{source}") for label, source in PATHS.items()}
             answers = {answer(spark, query, text) for text in texts.values()}
             if len(answers) != 1:
                 raise SystemExit(f"paths disagree on {query!r}: {answers}")
@@ -184,7 +176,6 @@ def run(rows: int, files: int, runs: int, quick: bool, s3: bool) -> str:
                     f" (cpu {timing.cpu_median_s:.2f} s)",
                     file=sys.stderr,
                 )
-        baseline = "(a) spark.read.parquet"
         where = "moto S3 (s3a://, hadoop-aws)" if s3 else "local disk"
         title = f"Spark SQL scan benchmark, {where}" + (" (quick)" if quick else "")
         lines += [
@@ -203,31 +194,25 @@ def run(rows: int, files: int, runs: int, quick: bool, s3: bool) -> str:
             "| path | " + " | ".join(QUERIES) + " | view creation |",
             "|---|" + "---|" * (len(QUERIES) + 1),
         ]
-        for label in view_names:
-            cells = []
-            for query in QUERIES:
-                t = results[(label, query)]
-                base = results[(baseline, query)]
-                cells.append(
-                    f"{t.median_s:.3f} [{t.min_s:.3f}-{t.max_s:.3f}]"
-                    f" {t.median_s / base.median_s:.2f}x / {t.min_s / base.min_s:.2f}x"
-                )
-            cells.append(f"{pins[label].median_s:.3f}")
-            lines.append(f"| {label} | " + " | ".join(cells) + " |")
-        lines += [
+        cpu_lines = [
             "",
             "CPU seconds of the Spark JVM and its Python workers, median, and the ratio to (a):",
             "",
             "| path | " + " | ".join(QUERIES) + " |",
             "|---|" + "---|" * len(QUERIES),
         ]
-        for label in view_names:
-            cells = []
+        for label in PATHS:
+            wall, cpu = [], []
             for query in QUERIES:
-                t = results[(label, query)]
-                base = results[(baseline, query)]
-                cells.append(f"{t.cpu_median_s:.2f} {t.cpu_median_s / base.cpu_median_s:.2f}x")
-            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+                t, base = results[label, query], results[BASELINE, query]
+                wall.append(
+                    f"{t.median_s:.3f} [{t.min_s:.3f}-{t.max_s:.3f}]"
+                    f" {t.median_s / base.median_s:.2f}x / {t.min_s / base.min_s:.2f}x"
+                )
+                cpu.append(f"{t.cpu_median_s:.2f} {t.cpu_median_s / base.cpu_median_s:.2f}x")
+            lines.append(f"| {label} | {' | '.join(wall)} | {pins[label].median_s:.3f} |")
+            cpu_lines.append(f"| {label} | {' | '.join(cpu)} |")
+        lines += cpu_lines
         lines += [
             "",
             "Both paths returned the same answers. (b) is Delta's own Spark connector (the"
