@@ -1,13 +1,8 @@
 """The one lakepubsub server launcher, for the benchmarks and the tests: an API process
-on a fresh lake (local or moto S3) or a given one.
-
-``python -m uvicorn api.app:create_app --factory`` (or another app factory) by
-default, ``lakepubsub serve`` (REST and gRPC on one port) with ``serve=True``;
-either on 127.0.0.1 and a port it picks itself, with ``lakepubsub serve``'s
-keep-alive timeout; or on a fixed port, where it can be killed and restarted
-(the chaos runs). Besides starting it, the launcher creates topics and
-subscriptions over REST and checks through an in-process ``Engine`` what the
-lake holds.
+(uvicorn, or ``lakepubsub serve`` with ``serve=True``) on a fresh lake (local or moto S3)
+or a given one, on a port it picks or a fixed one (then it can be killed and restarted);
+it creates topics and subscriptions over REST and checks through an in-process
+``Engine`` what the lake holds. bench/README.md, "One entry point, one harness".
 """
 
 from __future__ import annotations
