@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import orjson
 
@@ -251,27 +252,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     hot = args.intake_bucket
     small = args.rate_each or (5.0 if args.quick else 10.0)
     topics = args.topics or (5 if args.quick else 20)
+    # Each load case with this run's profile and intake bucket.
+    run = partial(load, seconds=seconds, profile=args.profile, intake_bucket=hot)
+    batched = f"1 topic, {rate:.0f} msgs/s, batched"
     loads = [] if "load" not in cases else [
-        load(
-            f"1 topic, {rate:.0f} msgs/s, batched",
-            1, rate, seconds, single=False, profile=args.profile, env=base_env,
-            intake_bucket=hot,
-        ),
-        load(
-            f"{topics} topics x {small:.0f} msgs/s, single",
-            topics, topics * small, seconds, single=True, profile=args.profile, env=base_env,
-            intake_bucket=hot,
-        ),
+        run(batched, 1, rate, single=False, env=base_env),
+        run(f"{topics} topics x {small:.0f} msgs/s, single", topics, topics * small,
+            single=True, env=base_env),
     ]  # fmt: skip
     lines += load_report(loads, args.profile)
     if "flush" in cases:
         windows = [float(w) for w in args.flush_windows.split(",")]
         sweep = [
-            load(
-                f"1 topic, {rate:.0f} msgs/s, batched, flush {w:.0f} ms",
-                1, rate, seconds, single=False, profile=args.profile,
-                env={**base_env, "LAKEPUBSUB_FLUSH_MS": str(w)}, intake_bucket=hot,
-            )
+            run(f"{batched}, flush {w:.0f} ms", 1, rate, single=False,
+                env={**base_env, "LAKEPUBSUB_FLUSH_MS": str(w)})
             for w in windows
         ]  # fmt: skip
         lines += load_report(sweep, args.profile)
