@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
 import io
 import os
@@ -124,16 +123,12 @@ def _server(*command: str) -> Iterator[tuple[int, int]]:
         process.wait()
 
 
-def empty_rest_server() -> contextlib.AbstractContextManager[tuple[int, int]]:
-    return _server(
-        *(sys.executable, "-m", "uvicorn", "bench.floors:empty_rest_app"),
-        *("--loop", "uvloop", "--http", "httptools", "--lifespan", "off"),
-        *("--no-access-log", "--log-level", "warning", "--port"),
-    )
-
-
-def empty_grpc_server() -> contextlib.AbstractContextManager[tuple[int, int]]:
-    return _server(sys.executable, "-m", "bench", "floors", "--serve-grpc")
+# The empty REST server: uvicorn as ``lakepubsub serve`` runs it, with ``empty_rest_app``.
+EMPTY_REST = (
+    *(sys.executable, "-m", "uvicorn", "bench.floors:empty_rest_app"),
+    *("--loop", "uvloop", "--http", "httptools", "--lifespan", "off"),
+    *("--no-access-log", "--log-level", "warning", "--port"),
+)
 
 
 # --- the side-by-side floors ----------------------------------------------------------
@@ -157,29 +152,22 @@ def _figures(system: str, case: str, elapsed_s: float, latencies_ms: Sequence[fl
     ]
 
 
-def rest_case(clients: int) -> str:
-    return f"rest publish batch=1 clients={clients}"
-
-
-def grpc_case(publishers: int) -> str:
-    return f"grpc publish single publishers={publishers}"
-
-
 def rest_pair(clients: int, n: int) -> list[w.Result]:
     """JetStream through nats-py, then the empty REST server through the REST clients."""
     per_client, found = n // clients, []
     with NatsServer() as server:
         asyncio.run(peer_nats.create_stream(server.url))
         found.append((peer_nats.SYSTEM, *peer_nats._publish(server, 1, [per_client] * clients)))
-    with empty_rest_server() as (pid, port):
+    with _server(*EMPTY_REST) as (pid, port):
         published = lps.publish(
             f"http://127.0.0.1:{port}", pid, TOPIC, batch_size=1, per_client=[per_client] * clients
         )
         found.append((FLOOR, *published))
+    case = f"rest publish batch=1 clients={clients}"
     return [
         figure
         for system, reports, usage in found
-        for figure in _figures(system, rest_case(clients), span_s(reports),
+        for figure in _figures(system, case, span_s(reports),
                                [ms for r in reports for ms in r.latencies_ms], per_client * clients,
                                usage.cpu_s, sum(r.cpu_s for r in reports))
     ]  # fmt: skip
@@ -198,16 +186,17 @@ def grpc_pair(binary: Path, publishers: int, n: int) -> list[w.Result]:
                 grpc_bench.run_loadgen(binary, nats + publish, server_pid=server.pid),
             )
         )
-    with empty_grpc_server() as (pid, port):
+    with _server(sys.executable, "-m", "bench", "floors", "--serve-grpc") as (pid, port):
         env = {"PUBSUB_EMULATOR_HOST": f"127.0.0.1:{port}"}
         args = ["-system", "pubsub", "-topic", TOPIC, *publish]
         found.append((FLOOR, grpc_bench.run_loadgen(binary, args, server_pid=pid, env=env)))
-    results = []
+    results, case = [], f"grpc publish single publishers={publishers}"
     for system, (ran, usage) in found:
         if ran["published"] != n:
             raise BenchError(f"{ran['published']} of {n} publishes confirmed")
-        results += _figures(system, grpc_case(publishers), ran.elapsed_s, ran.latencies_ms,
-                            n, usage.cpu_s, ran.cpu_s)  # fmt: skip
+        results += _figures(
+            system, case, ran.elapsed_s, ran.latencies_ms, n, usage.cpu_s, ran.cpu_s
+        )
     return results
 
 
