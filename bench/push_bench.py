@@ -35,6 +35,8 @@ from bench.harness.meter import ProcessMeter
 
 PROJECT = "bench"
 ACK, NACK = 204, 500
+# The back-off case's first endpoint nacks one request in this many.
+NACK_ONE_IN = 5
 # Long enough that no lease expires while a large backlog waits in the window.
 ACK_DEADLINE_S = 60
 # How often waits look at what the endpoint has seen.
@@ -90,18 +92,6 @@ class Arrival:
 
 # The status to answer the n-th request (from 0) to a path with.
 Behaviour = Callable[[int], int]
-
-
-def ack_all(_: int) -> int:
-    return ACK
-
-
-def nack_all(_: int) -> int:
-    return NACK
-
-
-def nack_one_in(n: int) -> Behaviour:
-    return lambda i: NACK if i % n == n - 1 else ACK
 
 
 class Endpoint:
@@ -450,10 +440,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     sections: list[tuple[str, list[str]]] = []
     paths = {"throughput": "/throughput", "latency": "/latency"}
     backoff_paths = ("/one-in-five", "/all-nack")
-    behaviours = {
-        **dict.fromkeys(paths.values(), ack_all),
-        backoff_paths[0]: nack_one_in(5),
-        backoff_paths[1]: nack_all,
+    behaviours: dict[str, Behaviour] = {
+        **dict.fromkeys(paths.values(), lambda _: ACK),
+        backoff_paths[0]: lambda i: NACK if i % NACK_ONE_IN == NACK_ONE_IN - 1 else ACK,
+        backoff_paths[1]: lambda _: NACK,
     }
     with Endpoint(behaviours) as endpoint, Server() as server:
         for title, step, about in (
