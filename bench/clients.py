@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from multiprocessing.queues import Queue
 from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Barrier
-from typing import Any
+from typing import Any, TypeAlias
 
 from bench.harness.lakepubsub_server import BenchError
 from bench.harness.meter import ProcessMeter, ProcessUsage
@@ -49,6 +49,10 @@ class Report:
 @dataclass(frozen=True)
 class _Failure:
     traceback: str
+
+
+# What each client process sends back: its job's index, and its report or failure.
+_Reports: TypeAlias = "Queue[tuple[int, Report | _Failure]]"
 
 
 @dataclass(frozen=True)
@@ -93,20 +97,21 @@ def span_s(reports: Sequence[Report]) -> float:
 
 
 def _client_main(
-    job: Callable[[Context], Any], ctx: Context, reports: Queue[Report | _Failure]
+    index: int, job: Callable[[Context], Any], ctx: Context, reports: _Reports
 ) -> None:
     try:
         done = job(ctx)
-        reports.put(asyncio.run(done) if inspect.iscoroutine(done) else done)
+        reports.put((index, asyncio.run(done) if inspect.iscoroutine(done) else done))
     except BaseException:
         ctx.barrier.abort()
-        reports.put(_Failure(traceback.format_exc()))
+        reports.put((index, _Failure(traceback.format_exc())))
 
 
 def run_clients(
     jobs: Sequence[Callable[[Context], Any]], *, server_pid: int, preload: str | None = None
 ) -> tuple[list[Report], ProcessUsage]:
-    """Run each job in its own process; start them together; meter the server.
+    """Run each job in its own process; start them together; meter the server. The
+    reports are in the jobs' order.
 
     With ``preload`` (a module), processes fork from a clean forkserver that has
     it imported: starting eight takes a fraction of a second instead of
@@ -118,14 +123,15 @@ def run_clients(
     else:
         context = mp.get_context("spawn")  # type: ignore[assignment]
     ctx = Context(barrier=context.Barrier(len(jobs) + 1), acked=context.Value("q", 0))
-    reports: Queue[Report | _Failure] = context.Queue()
+    reports: _Reports = context.Queue()
     processes = [
-        context.Process(target=_client_main, args=(job, ctx, reports), daemon=True) for job in jobs
+        context.Process(target=_client_main, args=(i, job, ctx, reports), daemon=True)
+        for i, job in enumerate(jobs)
     ]
     for process in processes:
         process.start()
     try:
-        done: list[Report] = []
+        done: dict[int, Report] = {}
         try:
             ctx.barrier.wait(READY_TIMEOUT_S)
         except threading.BrokenBarrierError:
@@ -134,7 +140,7 @@ def run_clients(
             raise BenchError("client processes did not start") from None
         with ProcessMeter(server_pid) as meter:
             _collect(reports, processes, done, expected=len(jobs))
-        return done, meter.usage
+        return [done[i] for i in range(len(jobs))], meter.usage
     except BaseException:
         # The others would wait for messages that will never come.
         for process in processes:
@@ -149,9 +155,9 @@ def run_clients(
 
 
 def _collect(
-    reports: Queue[Report | _Failure],
+    reports: _Reports,
     processes: Sequence[mp.process.BaseProcess],
-    done: list[Report],
+    done: dict[int, Report],
     *,
     expected: int,
     timeout_s: float = RUN_TIMEOUT_S,
@@ -159,7 +165,7 @@ def _collect(
     deadline = time.monotonic() + timeout_s
     while len(done) < expected:
         try:
-            report = reports.get(timeout=1.0)
+            index, report = reports.get(timeout=1.0)
         except queue.Empty:
             if any(p.exitcode not in (None, 0) for p in processes):
                 raise BenchError("a client process died without a report") from None
@@ -168,4 +174,4 @@ def _collect(
             continue
         if isinstance(report, _Failure):
             raise BenchError(f"a client process failed:\n{report.traceback}")
-        done.append(report)
+        done[index] = report
