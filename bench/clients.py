@@ -2,8 +2,9 @@
 
 Every client is its own process; all clients of a run wait at one barrier and
 start together, and the server is metered from the common start until the last
-client reports. A job's ``run(ctx)`` returns a ``Report`` (or a coroutine of
-one, run on its own event loop).
+client reports. A job is a module's function whose last argument is the run's
+``Context``, the others bound with ``functools.partial`` (so that it pickles):
+``job(ctx)`` returns a ``Report`` (or a coroutine of one, run on its own event loop).
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ import queue
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.queues import Queue
 from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Barrier
-from typing import Any, Protocol
+from typing import Any, TypeAlias
 
 from bench.harness.lakepubsub_server import BenchError
 from bench.harness.meter import ProcessMeter, ProcessUsage
@@ -50,8 +51,8 @@ class _Failure:
     traceback: str
 
 
-class Job(Protocol):
-    def run(self, ctx: Context) -> Any: ...
+# What each client process sends back: its job's index, and its report or failure.
+_Reports: TypeAlias = "Queue[tuple[int, Report | _Failure]]"
 
 
 @dataclass(frozen=True)
@@ -95,19 +96,22 @@ def span_s(reports: Sequence[Report]) -> float:
     return max(r.end_s for r in reports) - min(r.start_s for r in reports)
 
 
-def _client_main(job: Job, ctx: Context, reports: Queue[Report | _Failure]) -> None:
+def _client_main(
+    index: int, job: Callable[[Context], Any], ctx: Context, reports: _Reports
+) -> None:
     try:
-        done = job.run(ctx)
-        reports.put(asyncio.run(done) if inspect.iscoroutine(done) else done)
+        done = job(ctx)
+        reports.put((index, asyncio.run(done) if inspect.iscoroutine(done) else done))
     except BaseException:
         ctx.barrier.abort()
-        reports.put(_Failure(traceback.format_exc()))
+        reports.put((index, _Failure(traceback.format_exc())))
 
 
 def run_clients(
-    jobs: Sequence[Job], *, server_pid: int, preload: str | None = None
+    jobs: Sequence[Callable[[Context], Any]], *, server_pid: int, preload: str | None = None
 ) -> tuple[list[Report], ProcessUsage]:
-    """Run each job in its own process; start them together; meter the server.
+    """Run each job in its own process; start them together; meter the server. The
+    reports are in the jobs' order.
 
     With ``preload`` (a module), processes fork from a clean forkserver that has
     it imported: starting eight takes a fraction of a second instead of
@@ -119,14 +123,15 @@ def run_clients(
     else:
         context = mp.get_context("spawn")  # type: ignore[assignment]
     ctx = Context(barrier=context.Barrier(len(jobs) + 1), acked=context.Value("q", 0))
-    reports: Queue[Report | _Failure] = context.Queue()
+    reports: _Reports = context.Queue()
     processes = [
-        context.Process(target=_client_main, args=(job, ctx, reports), daemon=True) for job in jobs
+        context.Process(target=_client_main, args=(i, job, ctx, reports), daemon=True)
+        for i, job in enumerate(jobs)
     ]
     for process in processes:
         process.start()
     try:
-        done: list[Report] = []
+        done: dict[int, Report] = {}
         try:
             ctx.barrier.wait(READY_TIMEOUT_S)
         except threading.BrokenBarrierError:
@@ -135,7 +140,7 @@ def run_clients(
             raise BenchError("client processes did not start") from None
         with ProcessMeter(server_pid) as meter:
             _collect(reports, processes, done, expected=len(jobs))
-        return done, meter.usage
+        return [done[i] for i in range(len(jobs))], meter.usage
     except BaseException:
         # The others would wait for messages that will never come.
         for process in processes:
@@ -150,9 +155,9 @@ def run_clients(
 
 
 def _collect(
-    reports: Queue[Report | _Failure],
+    reports: _Reports,
     processes: Sequence[mp.process.BaseProcess],
-    done: list[Report],
+    done: dict[int, Report],
     *,
     expected: int,
     timeout_s: float = RUN_TIMEOUT_S,
@@ -160,7 +165,7 @@ def _collect(
     deadline = time.monotonic() + timeout_s
     while len(done) < expected:
         try:
-            report = reports.get(timeout=1.0)
+            index, report = reports.get(timeout=1.0)
         except queue.Empty:
             if any(p.exitcode not in (None, 0) for p in processes):
                 raise BenchError("a client process died without a report") from None
@@ -169,4 +174,4 @@ def _collect(
             continue
         if isinstance(report, _Failure):
             raise BenchError(f"a client process failed:\n{report.traceback}")
-        done.append(report)
+        done[index] = report

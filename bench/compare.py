@@ -10,16 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import platform
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-
-import psutil
 
 from bench import grpc_bench, peer_nats
 from bench import peer_lakepubsub as lps
@@ -33,15 +29,13 @@ from bench.report import (
     NONE,
     RESULTS,
     cell,
-    cpu_model,
-    disk,
     executable_version,
     load,
     now,
     ratio,
     side_by_side,
-    software,
 )
+from bench.report import software as software_
 from bench.runs import Run
 from bench.s3 import prices
 
@@ -270,27 +264,19 @@ def targets(workload: w.Workload) -> list[Target]:
 def targets_table(results: Sequence[w.Result], workload: w.Workload) -> str:
     ours = {(r.case, r.metric): r for r in results if r.system == lps.SYSTEM}
     peer = {(r.case, r.metric): r for r in results if r.system == peer_nats.SYSTEM}
-    lines = [
-        "| target (bench/README.md) | unit | lakepubsub median [min-max] | target | met "
-        "| NATS JetStream |",
-        "| --- | --- | ---: | ---: | :---: | ---: |",
-    ]
+    rows = []
     for t in targets(workload):
-        if (result := ours.get((t.case, t.metric))) is None:
-            continue
-        bound, met = report_.target(result.median / t.divisor, t.bound, at_least=t.at_least)
-        lines.append(
-            f"| {t.label} | {t.unit} | {cell(result, t.divisor)} | {bound} | {met} "
-            f"| {cell(peer.get((t.case, t.metric)), t.divisor)} |"
-        )
+        if (result := ours.get((t.case, t.metric))) is not None:
+            met = report_.target(result, t.bound, at_least=t.at_least, divisor=t.divisor)
+            rows.append((t.label, t.unit, *met, cell(peer.get((t.case, t.metric)), t.divisor)))
     latency = workload.latency[0].name
     for metric in (w.LATENCY_P50, w.LATENCY_P99):
         if (result := ours.get((latency, metric))) is not None:
-            lines.append(
-                f"| end-to-end {metric.removeprefix('latency_')}, {latency} | {w.MS} "
-                f"| {cell(result)} | {NONE} | {NONE} | {cell(peer.get((latency, metric)))} |"
-            )
-    return "\n".join(lines)
+            label = f"end-to-end {metric.removeprefix('latency_')}, {latency}"
+            rows.append((label, w.MS, cell(result), NONE, NONE, cell(peer.get((latency, metric)))))
+    header = ["target (bench/README.md)", "unit", "lakepubsub median [min-max]", "target"]
+    header += ["met", "NATS JetStream"]
+    return "\n".join(report_.table(header, rows, right=2, centred=(4,)))
 
 
 def _cost_per_million(by_kind: dict[str, w.Result]) -> w.Result | None:
@@ -305,17 +291,13 @@ def _cost_per_million(by_kind: dict[str, w.Result]) -> w.Result | None:
 def storage_table(results: Sequence[w.Result], system: str) -> str:
     """Delta commits and conflicts per million messages, and on S3 requests and their cost."""
     found = [r for r in results if r.system == system]
-    cases = list(dict.fromkeys(r.case for r in found))
     by_case = {(r.case, r.metric): r for r in found}
     s3 = any(r.metric == lps.s3_metric("put") for r in found)
     columns = ["Delta commits", "commit conflicts"]
     if s3:
         columns += [kind.upper() for kind in S3_KINDS] + ["request cost, USD"]
-    lines = [
-        f"| case (per 1M messages) | {' | '.join(columns)} |",
-        f"| --- |{' ---: |' * len(columns)}",
-    ]
-    for case in cases:
+    rows = []
+    for case in dict.fromkeys(r.case for r in found):
         cells = [
             cell(by_case.get((case, lps.DELTA_COMMITS_PER_MILLION))),
             cell(by_case.get((case, lps.COMMIT_CONFLICTS_PER_MILLION))),
@@ -329,8 +311,8 @@ def storage_table(results: Sequence[w.Result], system: str) -> str:
             cells += [cell(by_kind.get(kind)) for kind in S3_KINDS]
             cost = _cost_per_million(by_kind)
             cells.append(cell(cost) if cost is None else _money(cost))
-        lines.append(f"| {case} | {' | '.join(cells)} |")
-    return "\n".join(lines)
+        rows.append((case, *cells))
+    return "\n".join(report_.table(["case (per 1M messages)", *columns], rows))
 
 
 def _money(result: w.Result) -> str:
@@ -419,19 +401,19 @@ def _grpccell(result: w.Result | None, failed: bool) -> str:
 
 def machine_lines(done: Run) -> list[str]:
     nats = executable_version(find_nats_server(), "--version")
-    temp = tempfile.gettempdir()
-    return [
-        f"- **CPU:** {os.cpu_count()} cores ({cpu_model()}); "
-        f"{psutil.virtual_memory().total / 1024**3:.1f} GiB RAM; {platform.platform()}",
-        f"- **Disk:** lakes, moto and the JetStream store in `{temp}` on {disk(temp)}",
-        f"- **Load average** (1/5/15 min): {load(done.load_before)} at the start, "
-        f"{load(done.load_after)} at the end. Other jobs shared the machine; figures are noisy.",
-        f"- **Software:** Python {platform.python_version()}; "
-        + software("lakepubsub", "deltalake", "pyarrow", "fastapi", "uvicorn")
-        + f" ({software('uvloop', 'httptools')}), {software('httpx', 'orjson')}; "
-        f"{nats}, {software('nats-py')}; {software('moto')}",
-        *([grpc_bench.software_line()] if done.grpc_workload else []),
-    ]
+    software = (
+        software_("lakepubsub", "deltalake", "pyarrow", "fastapi", "uvicorn")
+        + f" ({software_('uvloop', 'httptools')}), {software_('httpx', 'orjson')}; "
+        f"{nats}, {software_('nats-py')}; {software_('moto')}"
+    )
+    found = report_.machine_lines(
+        done.load_before,
+        done.load_after,
+        stores="lakes, moto and the JetStream store",
+        note="Other jobs shared the machine; figures are noisy.",
+        software=software,
+    )
+    return found + ([grpc_bench.software_line()] if done.grpc_workload else [])
 
 
 # --- the report ---------------------------------------------------------------
@@ -501,11 +483,8 @@ def report(done: Run, *, command: str, charts: tuple[str | None, str | None]) ->
         *(_workload_lines(done.workload, fresh_server=done.fresh_server) if done.rest else []),
         *(grpc_bench.workload_lines(done.grpc_workload) if done.grpc_workload else []),
         "",
-        "Each figure is the median of the runs, with [min-max]. `ratio` is lakepubsub ÷ NATS: "
-        "for throughput below 1 means lakepubsub is slower; for latency, time, CPU and memory "
-        "above 1 means lakepubsub takes more. CPU is user + system seconds per million messages, "
-        "of the server process (uvicorn; nats-server) and of all client processes; peak RSS is "
-        "the server's.",
+        "Each figure is the median of the runs, with [min-max]; `ratio` is lakepubsub ÷ NATS. "
+        'What each figure is: bench/README.md, "The workload".',
         "",
     ]
     if done.rest:

@@ -1,23 +1,7 @@
 """Scheduled batch consumers: the Delta-transaction design against Structured Streaming.
 
-On a local lake, each round publishes ``--messages`` 1 KiB messages (batches
-of 1,000, one commit each) to a new topic with two subscriptions, then runs
-both consumers of ``jobs/`` on the same data, for two transformations:
-
-- ``copy``: ``SELECT offset, message_id, publish_time, data, attributes FROM messages``
-- ``hourly``: ``jobs/examples/hourly_counts.py``'s SQL (an aggregate)
-
-(A) ``jobs/batch_consume.py``: the subscription's messages from its cursor to
-the head, appended by the lakedelta writer with a Delta app transaction, then
-acknowledged. (B) ``jobs/stream_consume.py``: ``readStream.format("delta")``
-with an available-now trigger and a checkpoint, appended by delta-spark in
-``foreachBatch`` with ``txnAppId``/``txnVersion``. Each consumes the whole
-backlog (``full``), then, after ``--incremental`` more messages are
-published, only those (``incremental``: a scheduled run's usual work). A and
-B alternate which goes first. Figures are medians of ``--runs`` rounds, wall
-seconds and CPU seconds of this process and all its descendants (the Spark
-JVM, Python workers), which other load on the machine hardly moves. Writes
-bench/results/consume.md (or consume-quick.md).
+The rounds, the two consumers and the figures: bench/README.md, "Scheduled batch
+consumers". Writes ``consume.md`` (or ``consume-quick.md``).
 """
 
 from __future__ import annotations

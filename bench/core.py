@@ -1,17 +1,12 @@
 """Library-level benchmark of the core engine (no HTTP): publish and pull+ack.
 
-Workloads (1 KiB messages, one process, real threads):
-- publish throughput: 8 threads publishing batches of 1,000;
-- publish latency: 8 threads each publishing one message at a time;
-- pull + ack: a pre-published backlog drained by 4 consumer threads
-  (pull up to 1,000, then acknowledge them), with Delta commits per delivered message.
-
-Each figure is the median of ``--runs`` runs (min-max in brackets). Writes
-core.md (or core-quick.md).
+The workloads: bench/README.md, "The engine without HTTP". Writes ``core.md`` (or
+``core-quick.md``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import statistics
 import tempfile
@@ -57,9 +52,9 @@ def payloads(n: int) -> list[bytes]:
     return [os.urandom(MESSAGE_BYTES) for _ in range(n)]
 
 
-def counter(name: str, label: str) -> float:
-    value = metrics.COMMITS.labels(label)._value.get() if name == "commits" else 0.0
-    return float(value)
+def commits(table: str) -> float:
+    """Delta commits this process made so far to ``table`` ("messages", "leases"...)."""
+    return float(metrics.COMMITS.labels(table)._value.get())
 
 
 def run_threads(n: int, target: Callable[[int], None]) -> float:
@@ -83,7 +78,7 @@ def bench_publish(engine: Engine, sizes: Sizes, data: list[bytes]) -> dict[str, 
     engine.create_topic(Topic(topic))
     batch = [PublishMessage(d) for d in data[:1000]]
     threads = 8
-    commits_before = counter("commits", "messages")
+    commits_before = commits("messages")
 
     def work(_: int) -> None:
         for _ in range(sizes.publish_batches_per_thread):
@@ -91,8 +86,8 @@ def bench_publish(engine: Engine, sizes: Sizes, data: list[bytes]) -> dict[str, 
 
     elapsed = run_threads(threads, work)
     total = threads * sizes.publish_batches_per_thread * 1000
-    commits = counter("commits", "messages") - commits_before
-    return {"msgs_per_s": total / elapsed, "rows_per_commit": total / max(commits, 1)}
+    made = commits("messages") - commits_before
+    return {"msgs_per_s": total / elapsed, "rows_per_commit": total / max(made, 1)}
 
 
 def bench_latency(engine: Engine, sizes: Sizes, data: list[bytes]) -> dict[str, float]:
@@ -126,7 +121,7 @@ def bench_pull(engine: Engine, sizes: Sizes, data: list[bytes]) -> dict[str, flo
     batch = [PublishMessage(d) for d in data[:1000]]
     for _ in range(sizes.backlog // 1000):
         engine.publish(topic, batch)
-    commits_before = counter("commits", "leases")
+    commits_before = commits("leases")
     done = threading.Event()
     received = [0] * 4
 
@@ -143,9 +138,9 @@ def bench_pull(engine: Engine, sizes: Sizes, data: list[bytes]) -> dict[str, flo
                 done.set()
 
     elapsed = run_threads(4, work)
-    commits = counter("commits", "leases") - commits_before
+    made = commits("leases") - commits_before
     delivered = sum(received)
-    return {"msgs_per_s": delivered / elapsed, "commits_per_msg": commits / max(delivered, 1)}
+    return {"msgs_per_s": delivered / elapsed, "commits_per_msg": made / max(delivered, 1)}
 
 
 # Figures from this size on are shown whole; smaller ones to three significant figures.
@@ -187,13 +182,12 @@ def run(where: str, uri: str, options: dict[str, str], sizes: Sizes) -> list[tup
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = report.parser(__doc__ or "", quick="tiny sizes, for CI")
+    parser = report.parser(__doc__ or "", quick="tiny sizes, for CI", runs=True)
     parser.add_argument("--s3", action="store_true", help="also run on a moto S3 server")
-    parser.add_argument("--runs", type=int, default=0)
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     if args.runs:
-        sizes = Sizes(**{**sizes.__dict__, "runs": args.runs})
+        sizes = dataclasses.replace(sizes, runs=args.runs)
     rows: list[tuple[str, str]] = []
     with tempfile.TemporaryDirectory() as tmp:
         rows += run("local", tmp, {}, sizes)

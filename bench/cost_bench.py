@@ -1,11 +1,6 @@
 """What a million 1 KiB messages cost on S3: published once, delivered once.
 
-One server on a moto S3 lake; 8 clients publish in batches over REST, one
-consumer drains (pull 1,000 + ack). moto's request log gives each phase's S3
-requests by kind, priced at list prices (``bench/s3/prices.py``) and scaled to a
-million messages; storage is the bytes the lake holds after the run, kept for
-the default topic history. The maintenance jobs are not run, so their requests
-are not counted. Writes ``cost.md``.
+The phases and prices: bench/README.md, "Cost on S3". Writes ``cost.md``.
 """
 
 from __future__ import annotations
@@ -51,11 +46,12 @@ def run(messages: int, batch: int) -> list[str]:
     phases: dict[str, Counter[str]] = {}
     with LakePubSubServer(s3=True) as server:
         assert server.moto is not None
-        topic = server.create_topic()
-        subscription = server.create_subscription(topic, ack_deadline_s=60)
+        topic, subscription = server.topic_and_subscription(ack_deadline_s=60)
         offset = server.moto.log_offset()
         started = time.monotonic()
-        lps.publish(server, topic, batch_size=batch, per_client=[per_client] * PUBLISHERS)
+        lps.publish(
+            server.url, server.pid, topic, batch_size=batch, per_client=[per_client] * PUBLISHERS
+        )
         publish_s = time.monotonic() - started
         phases["publish"] = server.moto.requests_since(offset)
         offset = server.moto.log_offset()

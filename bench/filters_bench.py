@@ -1,10 +1,6 @@
 """Filter throughput: `Filter.mask` over an Arrow column against a Python loop over `matches`.
 
-    .venv/bin/python bench/filters_bench.py [--rows 100000] [--repeat 5]
-
-Each row has 3-5 attributes; one row in ten has none (a null map). The loop is timed twice:
-over dicts prepared beforehand (the best a Python loop can do) and including the column's
-conversion to dicts (what a loop over a scanned Arrow batch really costs).
+The rows and the two loops: bench/README.md, "Filter evaluation".
 """
 
 from __future__ import annotations

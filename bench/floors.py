@@ -15,7 +15,6 @@ import io
 import os
 import platform
 import resource
-import socket
 import subprocess
 import sys
 import time
@@ -41,11 +40,11 @@ from api.grpc.door import SERVER_OPTIONS
 from bench import gobuild, grpc_bench, peer_nats, report
 from bench import peer_lakepubsub as lps
 from bench import workload as w
-from bench.clients import run_clients, span_s
+from bench.clients import span_s
 from bench.harness import scratch
 from bench.harness.lakepubsub_server import BenchError
 from bench.harness.nats_server import NatsServer
-from bench.harness.ports import free_port
+from bench.harness.ports import free_port, wait_for_port
 from lakepubsub import Engine, PublishMessage, Topic, TopicName
 from lakepubsub._lake import table_schemas
 from lakepubsub.settings import Settings
@@ -92,7 +91,7 @@ async def empty_rest_app(
 _REST_COUNTER = [0]
 
 
-async def _serve_empty_grpc(port_file: Path) -> None:
+async def _serve_empty_grpc(port: int) -> None:
     counter = [0]
     request_type, response_type = PublishRequest.pb(), PublishResponse.pb()
 
@@ -106,59 +105,30 @@ async def _serve_empty_grpc(port_file: Path) -> None:
     )
     server = grpc.aio.server(options=SERVER_OPTIONS)
     server.add_generic_rpc_handlers((handler,))
-    port = server.add_insecure_port("127.0.0.1:0")
+    server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
-    written = port_file.with_suffix(".tmp")
-    written.write_text(str(port))
-    written.replace(port_file)  # whole, so the parent never reads half a number
     await server.wait_for_termination()
 
 
 @contextmanager
-def _process(command: list[str], port: Callable[[], int | None]) -> Iterator[tuple[int, int]]:
-    """A server subprocess, until ``port()`` says where it listens: (pid, port)."""
-    process = subprocess.Popen(command, cwd=Path(__file__).resolve().parent.parent)
+def _server(*command: str) -> Iterator[tuple[int, int]]:
+    """A server subprocess, its port appended to ``command``, until it listens: (pid, port)."""
+    port = free_port()  # below the ephemeral range: no port-0 bind takes it meanwhile
+    process = subprocess.Popen([*command, str(port)], cwd=Path(__file__).resolve().parent.parent)
     try:
-        deadline = time.monotonic() + SERVER_START_S
-        while (found := port()) is None:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise BenchError(f"{' '.join(command)} did not start")
-            time.sleep(0.05)
-        yield process.pid, found
+        wait_for_port(port, SERVER_START_S, process)
+        yield process.pid, port
     finally:
         process.kill()
         process.wait()
 
 
-@contextmanager
-def empty_rest_server() -> Iterator[tuple[int, int]]:
-    chosen = free_port()  # below the ephemeral range: no port-0 bind takes it meanwhile
-
-    def listening() -> int | None:
-        with socket.socket() as probe:
-            return chosen if probe.connect_ex(("127.0.0.1", chosen)) == 0 else None
-
-    command = [
-        *(sys.executable, "-m", "uvicorn", "bench.floors:empty_rest_app", "--port", str(chosen)),
-        *("--loop", "uvloop", "--http", "httptools", "--lifespan", "off"),
-        *("--no-access-log", "--log-level", "warning"),
-    ]
-    with _process(command, listening) as server:
-        yield server
-
-
-@contextmanager
-def empty_grpc_server(directory: Path) -> Iterator[tuple[int, int]]:
-    port_file = directory / "grpc.port"
-    port_file.unlink(missing_ok=True)  # the last server's
-
-    def written() -> int | None:
-        text = port_file.read_text() if port_file.exists() else ""
-        return int(text) if text else None
-
-    command = [sys.executable, "-m", "bench", "floors", "--serve-grpc", str(port_file)]
-    with _process(command, written) as server:
-        yield server
+# The empty REST server: uvicorn as ``lakepubsub serve`` runs it, with ``empty_rest_app``.
+EMPTY_REST = (
+    *(sys.executable, "-m", "uvicorn", "bench.floors:empty_rest_app"),
+    *("--loop", "uvloop", "--http", "httptools", "--lifespan", "off"),
+    *("--no-access-log", "--log-level", "warning", "--port"),
+)
 
 
 # --- the side-by-side floors ----------------------------------------------------------
@@ -182,34 +152,28 @@ def _figures(system: str, case: str, elapsed_s: float, latencies_ms: Sequence[fl
     ]
 
 
-def rest_case(clients: int) -> str:
-    return f"rest publish batch=1 clients={clients}"
-
-
-def grpc_case(publishers: int) -> str:
-    return f"grpc publish single publishers={publishers}"
-
-
 def rest_pair(clients: int, n: int) -> list[w.Result]:
     """JetStream through nats-py, then the empty REST server through the REST clients."""
     per_client, found = n // clients, []
     with NatsServer() as server:
         asyncio.run(peer_nats.create_stream(server.url))
         found.append((peer_nats.SYSTEM, *peer_nats._publish(server, 1, [per_client] * clients)))
-    with empty_rest_server() as (pid, port):
-        url = f"http://127.0.0.1:{port}"
-        jobs = [lps._PublishJob(url, TOPIC, 1, per_client, k * per_client) for k in range(clients)]
-        found.append((FLOOR, *run_clients(jobs, server_pid=pid, preload=lps.__name__)))
+    with _server(*EMPTY_REST) as (pid, port):
+        published = lps.publish(
+            f"http://127.0.0.1:{port}", pid, TOPIC, batch_size=1, per_client=[per_client] * clients
+        )
+        found.append((FLOOR, *published))
+    case = f"rest publish batch=1 clients={clients}"
     return [
         figure
         for system, reports, usage in found
-        for figure in _figures(system, rest_case(clients), span_s(reports),
+        for figure in _figures(system, case, span_s(reports),
                                [ms for r in reports for ms in r.latencies_ms], per_client * clients,
                                usage.cpu_s, sum(r.cpu_s for r in reports))
     ]  # fmt: skip
 
 
-def grpc_pair(binary: Path, publishers: int, n: int, directory: Path) -> list[w.Result]:
+def grpc_pair(binary: Path, publishers: int, n: int) -> list[w.Result]:
     """JetStream, then the empty gRPC server, each through ``bench/loadgen``."""
     publish = ["-mode", "publish", "-publishers", str(publishers), "-messages", str(n), "-single"]
     found = []
@@ -222,16 +186,17 @@ def grpc_pair(binary: Path, publishers: int, n: int, directory: Path) -> list[w.
                 grpc_bench.run_loadgen(binary, nats + publish, server_pid=server.pid),
             )
         )
-    with empty_grpc_server(directory) as (pid, port):
+    with _server(sys.executable, "-m", "bench", "floors", "--serve-grpc") as (pid, port):
         env = {"PUBSUB_EMULATOR_HOST": f"127.0.0.1:{port}"}
         args = ["-system", "pubsub", "-topic", TOPIC, *publish]
         found.append((FLOOR, grpc_bench.run_loadgen(binary, args, server_pid=pid, env=env)))
-    results = []
+    results, case = [], f"grpc publish single publishers={publishers}"
     for system, (ran, usage) in found:
         if ran["published"] != n:
             raise BenchError(f"{ran['published']} of {n} publishes confirmed")
-        results += _figures(system, grpc_case(publishers), ran.elapsed_s, ran.latencies_ms,
-                            n, usage.cpu_s, ran.cpu_s)  # fmt: skip
+        results += _figures(
+            system, case, ran.elapsed_s, ran.latencies_ms, n, usage.cpu_s, ran.cpu_s
+        )
     return results
 
 
@@ -342,21 +307,17 @@ QUICK = Sizes(rest_single=200, rest_eight=400, grpc_single=200, grpc_eight=400, 
 def run(sizes: Sizes, progress: Callable[[str], None] = print) -> list[w.Result]:
     binary = gobuild.build()
     raw: list[w.Result] = []
-    directory = scratch.directory("bench-floors-")
     steps: list[tuple[str, Callable[[], list[w.Result]]]] = [
         ("rest, 1 client", lambda: rest_pair(1, sizes.rest_single)),
         ("rest, 8 clients", lambda: rest_pair(8, sizes.rest_eight)),
-        ("grpc, 1 publisher", lambda: grpc_pair(binary, 1, sizes.grpc_single, directory)),
-        ("grpc, 8 publishers", lambda: grpc_pair(binary, 8, sizes.grpc_eight, directory)),
+        ("grpc, 1 publisher", lambda: grpc_pair(binary, 1, sizes.grpc_single)),
+        ("grpc, 8 publishers", lambda: grpc_pair(binary, 8, sizes.grpc_eight)),
         ("in process", lambda: _in_process(sizes.commits)),
     ]
-    try:
-        for i in range(sizes.runs):
-            for name, step in steps:
-                progress(f"floors: {name} (run {i + 1}/{sizes.runs})")
-                raw += step()
-    finally:
-        scratch.release(directory)
+    for i in range(sizes.runs):
+        for name, step in steps:
+            progress(f"floors: {name} (run {i + 1}/{sizes.runs})")
+            raw += step()
     return w.merge_runs(raw)
 
 
@@ -415,7 +376,7 @@ def write_report(
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = report.parser(__doc__ or "", quick="tiny sizes, one run (CI)", runs=True)
-    parser.add_argument("--serve-grpc", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--serve-grpc", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_grpc is not None:
         asyncio.run(_serve_empty_grpc(args.serve_grpc))

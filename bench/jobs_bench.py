@@ -1,20 +1,7 @@
 """The maintenance jobs at scale: compaction of many small files, truncation of a large backlog.
 
-1. Builds a local lake with one topic whose messages table holds ``--messages``
-   messages of 1 KiB random data in ``--files`` small files (committed 1,000
-   files per commit, so the log is short and only the file count is large),
-   and one subscription with a truncation policy of a tenth of the bytes,
-   created before the data.
-2. Starts the API (uvicorn, one worker) on the lake and measures single-message
-   publish latency over HTTP (``--publishes`` sequential requests).
-3. Runs the compaction job while a client keeps publishing (latency during),
-   then measures publish latency again (after). Reports the job's time and the
-   messages table's files before and after, and checks the offsets.
-4. Runs the truncation job on the (compacted) table: Spark measures the 1M-row
-   backlog, the subscription is truncated, and the rows nothing needs any more
-   are deleted. Reports the Spark session start separately from the job.
-
-Writes bench/results/jobs.md (jobs-quick.md with --quick).
+The steps and figures: bench/README.md, "Maintenance jobs at scale". Writes ``jobs.md``
+(``jobs-quick.md`` with ``--quick``).
 """
 
 from __future__ import annotations

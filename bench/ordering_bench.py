@@ -71,9 +71,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     messages = 1_000 if args.quick else args.messages
     with LakePubSubServer() as server:
-        topic = server.create_topic()
-        subscription = server.create_subscription(
-            topic, ack_deadline_s=60, enableMessageOrdering=True
+        topic, subscription = server.topic_and_subscription(
+            ack_deadline_s=60, enableMessageOrdering=True
         )
         publish(server.url, topic, messages, args.keys)
         started = time.monotonic()

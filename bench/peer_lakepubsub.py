@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import queue
-import threading
+import itertools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -91,33 +89,25 @@ def _publish_body(first: int, end: int) -> bytes:
     return orjson.dumps({"messages": [{"data": _data(i)} for i in range(first, end)]})
 
 
-@dataclass(frozen=True)
-class _PublishJob:
-    url: str
-    topic: str
-    batch_size: int
-    messages: int
-    first_index: int
-    # Prefill publishers (untimed) build each body when they send it.
-    prebuild: bool = True
-
-    def run(self, ctx: Context) -> Report:
-        path = f"/v1/{self.topic}:publish"
-        end = self.first_index + self.messages
-        firsts = range(self.first_index, end, self.batch_size)
-        spans = [(a, min(a + self.batch_size, end)) for a in firsts]
-        bodies = [_publish_body(a, b) for a, b in spans] if self.prebuild else []
-        with _client(self.url) as client:
-            batch_ms: list[float] = []
-            clock = ctx.start()
-            for k, (a, b) in enumerate(spans):
-                body = bodies[k] if bodies else _publish_body(a, b)
-                sent = time.monotonic()
-                ids = _post(client, path, body).get("messageIds", [])
-                batch_ms.append((time.monotonic() - sent) * 1000)
-                if len(ids) != b - a:
-                    raise BenchError(f"published {b - a} messages, got {len(ids)} ids")
-            return clock.report(self.messages, latencies_ms=tuple(batch_ms))
+def publisher(
+    url: str, topic: str, batch_size: int, first: int, end: int, prebuild: bool, ctx: Context
+) -> Report:
+    """Publish messages ``first`` to ``end`` in batches, each once the last is answered;
+    without ``prebuild`` (prefill publishers, untimed) each body is built when it is sent."""
+    path = f"/v1/{topic}:publish"
+    spans = [(a, min(a + batch_size, end)) for a in range(first, end, batch_size)]
+    bodies = [_publish_body(a, b) for a, b in spans] if prebuild else []
+    with _client(url) as client:
+        batch_ms: list[float] = []
+        clock = ctx.start()
+        for k, (a, b) in enumerate(spans):
+            body = bodies[k] if bodies else _publish_body(a, b)
+            sent = time.monotonic()
+            ids = _post(client, path, body).get("messageIds", [])
+            batch_ms.append((time.monotonic() - sent) * 1000)
+            if len(ids) != b - a:
+                raise BenchError(f"published {b - a} messages, got {len(ids)} ids")
+        return clock.report(end - first, latencies_ms=tuple(batch_ms))
 
 
 def _pull_body(max_messages: int) -> bytes:
@@ -139,150 +129,101 @@ def _check_attribute(items: Sequence[dict[str, Any]], key: str, value: str) -> N
             raise BenchError(f"delivered message {message_id} without {key}={value!r}")
 
 
-@dataclass(frozen=True)
-class ConsumeJob:
-    """Pull and ack until the run's consumers together acked ``total`` messages."""
-
-    url: str
-    subscription: str
-    max_messages_per_pull: int
-    total: int
-    # If set, (key, value): every delivery must carry this attribute (a filter's check).
-    required_attribute: tuple[str, str] | None = None
-
-    def run(self, ctx: Context) -> Report:
-        pull_path, ack_path = (
-            f"/v1/{self.subscription}:pull",
-            f"/v1/{self.subscription}:acknowledge",
-        )
-        pull_body = _pull_body(self.max_messages_per_pull)
-        with _client(self.url) as client:
-            received = redelivered = 0
-            clock = ctx.start()
-            last_acked_s = clock.start_s
-            while ctx.acked.value < self.total:
-                items = _post(client, pull_path, pull_body).get("receivedMessages", [])
-                if not items:
-                    continue
-                if self.required_attribute is not None:
-                    _check_attribute(items, *self.required_attribute)
-                _post(client, ack_path, _ack_body(items))
-                last_acked_s = time.monotonic()
-                firsts = sum(1 for item in items if _first_delivery(item))
-                received, redelivered = received + len(items), redelivered + len(items) - firsts
-                ctx.add_acked(firsts)
-            # Not the time of leaving the loop: that can be an idle pull later.
-            return clock.report(received, end_s=last_acked_s, redelivered=redelivered)
+def consumer(
+    url: str,
+    subscription: str,
+    max_messages_per_pull: int,
+    total: int,
+    required_attribute: tuple[str, str] | None,
+    ctx: Context,
+) -> Report:
+    """Pull and ack until the run's consumers together acked ``total`` messages; with
+    ``required_attribute`` (key, value) every delivery must carry it (a filter's check)."""
+    pull_path, ack_path = f"/v1/{subscription}:pull", f"/v1/{subscription}:acknowledge"
+    pull_body = _pull_body(max_messages_per_pull)
+    with _client(url) as client:
+        received = redelivered = 0
+        clock = ctx.start()
+        last_acked_s = clock.start_s
+        while ctx.acked.value < total:
+            items = _post(client, pull_path, pull_body).get("receivedMessages", [])
+            if not items:
+                continue
+            if required_attribute is not None:
+                _check_attribute(items, *required_attribute)
+            _post(client, ack_path, _ack_body(items))
+            last_acked_s = time.monotonic()
+            firsts = sum(1 for item in items if _first_delivery(item))
+            received, redelivered = received + len(items), redelivered + len(items) - firsts
+            ctx.add_acked(firsts)
+        # Not the time of leaving the loop: that can be an idle pull later.
+        return clock.report(received, end_s=last_acked_s, redelivered=redelivered)
 
 
-@dataclass(frozen=True)
-class _LatencyPublishJob:
-    url: str
-    topic: str
-    rate_per_s: int
-    messages: int
-
-    def run(self, ctx: Context) -> Report:
-        path = f"/v1/{self.topic}:publish"
-        # Each body is built but for its send time: head + time + tail.
-        heads = [
-            b'{"messages":[{"data":"%s","attributes":{"%s":"' % (_data(i).encode(), _SENT_KEY)
-            for i in range(self.messages)
-        ]
-        tail = b'"}}]}'
-        with (
-            _client(self.url, connections=LATENCY_MAX_IN_FLIGHT) as client,
-            ThreadPoolExecutor(LATENCY_MAX_IN_FLIGHT) as senders,
-        ):
-            clock = ctx.start()
-            start_ns = time.monotonic_ns()
-            sent = []
-            for i in range(self.messages):
-                time.sleep(w.due_s(start_ns, i, self.rate_per_s))
-                body = heads[i] + str(time.monotonic_ns()).encode() + tail
-                sent.append(senders.submit(_post, client, path, body))
-            for request in sent:
-                request.result()
-            return clock.report(self.messages)
+def latency_publisher(url: str, topic: str, rate_per_s: int, messages: int, ctx: Context) -> Report:
+    """One message per publish at ``rate_per_s`` (several in flight), stamped with its send time."""
+    path = f"/v1/{topic}:publish"
+    # Each body is built but for its send time: head + time + tail.
+    heads = [
+        b'{"messages":[{"data":"%s","attributes":{"%s":"' % (_data(i).encode(), _SENT_KEY)
+        for i in range(messages)
+    ]
+    tail = b'"}}]}'
+    with (
+        _client(url, connections=LATENCY_MAX_IN_FLIGHT) as client,
+        ThreadPoolExecutor(LATENCY_MAX_IN_FLIGHT) as senders,
+    ):
+        clock = ctx.start()
+        start_ns = time.monotonic_ns()
+        sent = []
+        for i in range(messages):
+            time.sleep(w.due_s(start_ns, i, rate_per_s))
+            body = heads[i] + str(time.monotonic_ns()).encode() + tail
+            sent.append(senders.submit(_post, client, path, body))
+        for request in sent:
+            request.result()
+        return clock.report(messages)
 
 
-class _Acker:
-    """Acknowledges from a thread of its own, so the next pull need not wait for an ack."""
-
-    def __init__(self, client: httpx.Client, path: str) -> None:
-        self._client = client
-        self._path = path
-        self._bodies: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        self._failure: BaseException | None = None
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-
-    def submit(self, body: bytes) -> None:
-        self._bodies.put(body)
-
-    def close(self) -> None:
-        """Send what is queued, stop; raise the first failure, if any."""
-        self._bodies.put(None)
-        self._thread.join()
-        if self._failure is not None:
-            raise self._failure
-
-    def _loop(self) -> None:
-        while (body := self._bodies.get()) is not None:
-            try:
-                _post(self._client, self._path, body)
-            except BaseException as exc:
-                self._failure = self._failure or exc
-
-
-@dataclass(frozen=True)
-class _LatencyConsumeJob:
+def _latency_consumer(
+    url: str, subscription: str, max_messages_per_pull: int, messages: int, ctx: Context
+) -> Report:
     """Pull until ``messages`` first deliveries arrived, each timed from its send stamp.
 
     Fails if nothing new arrives for ``STALL_TIMEOUT_S``: a server that falls
     behind the offered rate only makes the run longer, a lost message fails it.
     """
-
-    url: str
-    subscription: str
-    max_messages_per_pull: int
-    messages: int
-
-    def run(self, ctx: Context) -> Report:
-        pull_path, ack_path = (
-            f"/v1/{self.subscription}:pull",
-            f"/v1/{self.subscription}:acknowledge",
+    pull_path, ack_path = f"/v1/{subscription}:pull", f"/v1/{subscription}:acknowledge"
+    pull_body = _pull_body(max_messages_per_pull)
+    # Acks go from a thread of their own, so the next pull need not wait for one.
+    with _client(url, connections=2) as client, ThreadPoolExecutor(1) as acker:
+        acks = []
+        latencies_ms: list[float] = []
+        redelivered = 0
+        clock = ctx.start()
+        last_progress_s = clock.start_s
+        while len(latencies_ms) < messages:
+            if time.monotonic() - last_progress_s > STALL_TIMEOUT_S:
+                raise BenchError(
+                    f"received {len(latencies_ms)} of {messages} messages, "
+                    f"then nothing for {STALL_TIMEOUT_S} s"
+                )
+            items = _post(client, pull_path, pull_body).get("receivedMessages", [])
+            received_ns = time.monotonic_ns()
+            for item in items:
+                if not _first_delivery(item):
+                    redelivered += 1
+                    continue
+                sent_ns = int(item["message"]["attributes"][SENT_NS_ATTRIBUTE])
+                latencies_ms.append((received_ns - sent_ns) / w.NS_PER_MS)
+            if items:
+                acks.append(acker.submit(_post, client, ack_path, _ack_body(items)))
+                last_progress_s = time.monotonic()
+        for ack in acks:
+            ack.result()
+        return clock.report(
+            len(latencies_ms), latencies_ms=tuple(latencies_ms), redelivered=redelivered
         )
-        pull_body = _pull_body(self.max_messages_per_pull)
-        with _client(self.url, connections=2) as client:
-            acker = _Acker(client, ack_path)
-            latencies_ms: list[float] = []
-            redelivered = 0
-            clock = ctx.start()
-            last_progress_s = clock.start_s
-            try:
-                while len(latencies_ms) < self.messages:
-                    if time.monotonic() - last_progress_s > STALL_TIMEOUT_S:
-                        raise BenchError(
-                            f"received {len(latencies_ms)} of {self.messages} messages, "
-                            f"then nothing for {STALL_TIMEOUT_S} s"
-                        )
-                    items = _post(client, pull_path, pull_body).get("receivedMessages", [])
-                    received_ns = time.monotonic_ns()
-                    for item in items:
-                        if not _first_delivery(item):
-                            redelivered += 1
-                            continue
-                        sent_ns = int(item["message"]["attributes"][SENT_NS_ATTRIBUTE])
-                        latencies_ms.append((received_ns - sent_ns) / w.NS_PER_MS)
-                    if items:
-                        acker.submit(_ack_body(items))
-                        last_progress_s = time.monotonic()
-            finally:
-                acker.close()
-            return clock.report(
-                len(latencies_ms), latencies_ms=tuple(latencies_ms), redelivered=redelivered
-            )
 
 
 def _run_clients(jobs: Sequence[Any], *, server_pid: int) -> tuple[list[Report], ProcessUsage]:
@@ -290,7 +231,8 @@ def _run_clients(jobs: Sequence[Any], *, server_pid: int) -> tuple[list[Report],
 
 
 def publish(
-    server: LakePubSubServer,
+    url: str,
+    server_pid: int,
     topic: str,
     *,
     batch_size: int,
@@ -298,30 +240,40 @@ def publish(
     prebuild: bool = True,
 ) -> tuple[list[Report], ProcessUsage]:
     """Publish from one process per ``per_client`` entry, in batches of ``batch_size``."""
+    firsts = [sum(per_client[:c]) for c in range(len(per_client) + 1)]
     jobs = [
-        _PublishJob(server.url, topic, batch_size, messages, sum(per_client[:c]), prebuild)
-        for c, messages in enumerate(per_client)
+        partial(publisher, url, topic, batch_size, a, b, prebuild)
+        for a, b in itertools.pairwise(firsts)
     ]
-    return _run_clients(jobs, server_pid=server.pid)
+    return _run_clients(jobs, server_pid=server_pid)
 
 
 def publish_backlog(server: LakePubSubServer, topic: str, messages: int) -> None:
     per_client = [len(range(c, messages, PREFILL_CLIENTS)) for c in range(PREFILL_CLIENTS)]
-    publish(server, topic, batch_size=PREFILL_BATCH, per_client=per_client, prebuild=False)
+    publish(
+        server.url,
+        server.pid,
+        topic,
+        batch_size=PREFILL_BATCH,
+        per_client=per_client,
+        prebuild=False,
+    )
 
 
 def consume(
-    server: LakePubSubServer, subscription: str, *, total: int, consumers: int = 1, **job: Any
+    server: LakePubSubServer,
+    subscription: str,
+    *,
+    total: int,
+    consumers: int = 1,
+    max_messages_per_pull: int = 1000,
+    required_attribute: tuple[str, str] | None = None,
 ) -> tuple[list[Report], ProcessUsage]:
     """Pull + ack from ``consumers`` processes until ``total`` messages are acked."""
-    consumer = ConsumeJob(
-        url=server.url,
-        subscription=subscription,
-        max_messages_per_pull=job.pop("max_messages_per_pull", 1000),
-        total=total,
-        **job,
+    job = partial(
+        consumer, server.url, subscription, max_messages_per_pull, total, required_attribute
     )
-    return _run_clients([consumer] * consumers, server_pid=server.pid)
+    return _run_clients([job] * consumers, server_pid=server.pid)
 
 
 # --- one system's side of a run ------------------------------------------------
@@ -389,7 +341,13 @@ class Side:
 
     def publish(self, case: w.PublishCase) -> tuple[list[Report], ProcessUsage]:
         per_client = [case.messages_per_client] * case.clients
-        found = publish(self.server, self.topic, batch_size=case.batch_size, per_client=per_client)
+        found = publish(
+            self.server.url,
+            self.server.pid,
+            self.topic,
+            batch_size=case.batch_size,
+            per_client=per_client,
+        )
         self.ran()
         return found
 
@@ -406,9 +364,10 @@ class Side:
 
     def latency(self, case: w.LatencyCase) -> tuple[list[Report], ProcessUsage]:
         total, url = case.total_messages, self.server.url
-        consumer = _LatencyConsumeJob(url, self.subscription, case.max_messages_per_pull, total)
-        publisher = _LatencyPublishJob(url, self.topic, case.offered_rate_per_s, total)
-        found = _run_clients([consumer, publisher], server_pid=self.server.pid)
+        pulls = case.max_messages_per_pull
+        receiver = partial(_latency_consumer, url, self.subscription, pulls, total)
+        sender = partial(latency_publisher, url, self.topic, case.offered_rate_per_s, total)
+        found = _run_clients([receiver, sender], server_pid=self.server.pid)
         self.ran()
         return found
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from functools import partial
 
 import nats
 import nats.errors
@@ -65,97 +66,76 @@ async def _pull_consumer(
         yield nc, await js.pull_subscribe_bind(durable=DURABLE, stream=STREAM)
 
 
-@dataclass(frozen=True)
-class _PublishJob:
-    url: str
-    batch_size: int
-    messages: int
-    first_index: int
-
-    async def run(self, ctx: Context) -> Report:
-        async with _connect(self.url) as (_, js):
-            batch_ms: list[float] = []
-            clock = await ctx.start_async()
-            for first in range(self.first_index, self.first_index + self.messages, self.batch_size):
-                sent = time.monotonic()
-                last = min(first + self.batch_size, self.first_index + self.messages)
-                acks = [await js.publish_async(SUBJECT, w.payload(i)) for i in range(first, last)]
-                await asyncio.gather(*acks)
-                batch_ms.append((time.monotonic() - sent) * 1000)
-            return clock.report(self.messages, latencies_ms=tuple(batch_ms))
+async def _publisher(url: str, batch_size: int, first: int, end: int, ctx: Context) -> Report:
+    """Publish messages ``first`` to ``end`` in batches, each once the last is stored."""
+    async with _connect(url) as (_, js):
+        batch_ms: list[float] = []
+        clock = await ctx.start_async()
+        for a in range(first, end, batch_size):
+            sent = time.monotonic()
+            b = min(a + batch_size, end)
+            await asyncio.gather(
+                *[await js.publish_async(SUBJECT, w.payload(i)) for i in range(a, b)]
+            )
+            batch_ms.append((time.monotonic() - sent) * 1000)
+        return clock.report(end - first, latencies_ms=tuple(batch_ms))
 
 
-@dataclass(frozen=True)
-class _ConsumeJob:
+async def _consumer(url: str, max_messages_per_pull: int, total: int, ctx: Context) -> Report:
     """Pull and ack until the run's consumers together acked ``total`` messages."""
-
-    url: str
-    max_messages_per_pull: int
-    total: int
-
-    async def run(self, ctx: Context) -> Report:
-        async with _pull_consumer(self.url) as (nc, sub):
-            received = redelivered = 0
-            clock = await ctx.start_async()
-            last_acked_s = clock.start_s
-            while ctx.acked.value < self.total:
-                try:
-                    msgs = await sub.fetch(self.max_messages_per_pull, timeout=FETCH_TIMEOUT_S)
-                except TimeoutError:  # nats-py raises its own subclass or the builtin
-                    continue
-                for msg in msgs:
-                    await msg.ack()
-                # A round trip: the server has read this batch's acks.
-                await nc.flush()
-                last_acked_s = time.monotonic()
-                again = sum(1 for msg in msgs if msg.metadata.num_delivered > 1)
-                received, redelivered = received + len(msgs), redelivered + again
-                ctx.add_acked(len(msgs) - again)
-            # Not the time of leaving the loop: that can be an idle fetch later.
-            return clock.report(received, end_s=last_acked_s, redelivered=redelivered)
-
-
-@dataclass(frozen=True)
-class _LatencyPublishJob:
-    url: str
-    rate_per_s: int
-    messages: int
-
-    async def run(self, ctx: Context) -> Report:
-        async with _connect(self.url) as (_, js):
-            acks = []
-            clock = await ctx.start_async()
-            start_ns = time.monotonic_ns()
-            for i in range(self.messages):
-                await asyncio.sleep(w.due_s(start_ns, i, self.rate_per_s))
-                headers = {SENT_NS_HEADER: str(time.monotonic_ns())}
-                acks.append(await js.publish_async(SUBJECT, w.payload(i), headers=headers))
-            await asyncio.gather(*acks)
-            return clock.report(self.messages)
-
-
-@dataclass(frozen=True)
-class _LatencyConsumeJob:
-    url: str
-    max_messages_per_pull: int
-    messages: int
-    deadline_s: float
-
-    async def run(self, ctx: Context) -> Report:
-        async with _pull_consumer(self.url) as (nc, sub):
-            latencies_ms: list[float] = []
-            clock = await ctx.start_async()
-            while len(latencies_ms) < self.messages:
-                if time.monotonic() - clock.start_s > self.deadline_s:
-                    raise BenchError(f"received {len(latencies_ms)} of {self.messages}")
-                msgs = await _pull_available(sub, self.max_messages_per_pull)
-                received_ns = time.monotonic_ns()
-                for msg in msgs:
-                    sent_ns = int((msg.headers or {})[SENT_NS_HEADER])
-                    latencies_ms.append((received_ns - sent_ns) / w.NS_PER_MS)
-                    await msg.ack()
+    async with _pull_consumer(url) as (nc, sub):
+        received = redelivered = 0
+        clock = await ctx.start_async()
+        last_acked_s = clock.start_s
+        while ctx.acked.value < total:
+            try:
+                msgs = await sub.fetch(max_messages_per_pull, timeout=FETCH_TIMEOUT_S)
+            except TimeoutError:  # nats-py raises its own subclass or the builtin
+                continue
+            for msg in msgs:
+                await msg.ack()
+            # A round trip: the server has read this batch's acks.
             await nc.flush()
-            return clock.report(len(latencies_ms), latencies_ms=tuple(latencies_ms))
+            last_acked_s = time.monotonic()
+            again = sum(1 for msg in msgs if msg.metadata.num_delivered > 1)
+            received, redelivered = received + len(msgs), redelivered + again
+            ctx.add_acked(len(msgs) - again)
+        # Not the time of leaving the loop: that can be an idle fetch later.
+        return clock.report(received, end_s=last_acked_s, redelivered=redelivered)
+
+
+async def _latency_publisher(url: str, rate_per_s: int, messages: int, ctx: Context) -> Report:
+    """One message per publish at ``rate_per_s``, each stamped with its send time."""
+    async with _connect(url) as (_, js):
+        acks = []
+        clock = await ctx.start_async()
+        start_ns = time.monotonic_ns()
+        for i in range(messages):
+            await asyncio.sleep(w.due_s(start_ns, i, rate_per_s))
+            headers = {SENT_NS_HEADER: str(time.monotonic_ns())}
+            acks.append(await js.publish_async(SUBJECT, w.payload(i), headers=headers))
+        await asyncio.gather(*acks)
+        return clock.report(messages)
+
+
+async def _latency_consumer(
+    url: str, max_messages_per_pull: int, messages: int, deadline_s: float, ctx: Context
+) -> Report:
+    """Receive and ack ``messages``, each timed from its send stamp."""
+    async with _pull_consumer(url) as (nc, sub):
+        latencies_ms: list[float] = []
+        clock = await ctx.start_async()
+        while len(latencies_ms) < messages:
+            if time.monotonic() - clock.start_s > deadline_s:
+                raise BenchError(f"received {len(latencies_ms)} of {messages}")
+            msgs = await _pull_available(sub, max_messages_per_pull)
+            received_ns = time.monotonic_ns()
+            for msg in msgs:
+                sent_ns = int((msg.headers or {})[SENT_NS_HEADER])
+                latencies_ms.append((received_ns - sent_ns) / w.NS_PER_MS)
+                await msg.ack()
+        await nc.flush()
+        return clock.report(len(latencies_ms), latencies_ms=tuple(latencies_ms))
 
 
 async def _pull_available(sub: JetStreamContext.PullSubscription, max_messages: int) -> list[Msg]:
@@ -238,9 +218,9 @@ def check_stored(server: NatsServer, n: int) -> None:
 def _publish(
     server: NatsServer, batch_size: int, per_client: Sequence[int]
 ) -> tuple[list[Report], ProcessUsage]:
+    firsts = [sum(per_client[:c]) for c in range(len(per_client) + 1)]
     jobs = [
-        _PublishJob(server.url, batch_size, messages, first_index=sum(per_client[:c]))
-        for c, messages in enumerate(per_client)
+        partial(_publisher, server.url, batch_size, a, b) for a, b in itertools.pairwise(firsts)
     ]
     return run_clients(jobs, server_pid=server.pid)
 
@@ -290,14 +270,14 @@ class Side:
         return _publish(self.server, case.batch_size, [case.messages_per_client] * case.clients)
 
     def consume(self, case: w.PullCase) -> tuple[list[Report], ProcessUsage]:
-        job = _ConsumeJob(self.server.url, case.max_messages_per_pull, case.backlog_messages)
+        job = partial(_consumer, self.server.url, case.max_messages_per_pull, case.backlog_messages)
         return run_clients([job] * case.consumers, server_pid=self.server.pid)
 
     def latency(self, case: w.LatencyCase) -> tuple[list[Report], ProcessUsage]:
         total, url = case.total_messages, self.server.url
         deadline_s = case.duration_s + RUN_TIMEOUT_S / 10
-        consumer = _LatencyConsumeJob(url, case.max_messages_per_pull, total, deadline_s)
-        publisher = _LatencyPublishJob(url, case.offered_rate_per_s, total)
+        consumer = partial(_latency_consumer, url, case.max_messages_per_pull, total, deadline_s)
+        publisher = partial(_latency_publisher, url, case.offered_rate_per_s, total)
         return run_clients([consumer, publisher], server_pid=self.server.pid)
 
 

@@ -35,6 +35,8 @@ from bench.harness.meter import ProcessMeter
 
 PROJECT = "bench"
 ACK, NACK = 204, 500
+# The back-off case's first endpoint nacks one request in this many.
+NACK_ONE_IN = 5
 # Long enough that no lease expires while a large backlog waits in the window.
 ACK_DEADLINE_S = 60
 # How often waits look at what the endpoint has seen.
@@ -90,18 +92,6 @@ class Arrival:
 
 # The status to answer the n-th request (from 0) to a path with.
 Behaviour = Callable[[int], int]
-
-
-def ack_all(_: int) -> int:
-    return ACK
-
-
-def nack_all(_: int) -> int:
-    return NACK
-
-
-def nack_one_in(n: int) -> Behaviour:
-    return lambda i: NACK if i % n == n - 1 else ACK
 
 
 class Endpoint:
@@ -204,9 +194,8 @@ class Endpoint:
 
 def _topic_and_subscription(server: LakePubSubServer, push_endpoint: str | None) -> tuple[str, str]:
     """A fresh topic and subscription (push to ``push_endpoint`` unless None)."""
-    topic = server.create_topic()
     push = {} if push_endpoint is None else {"pushConfig": {"pushEndpoint": push_endpoint}}
-    return topic, server.create_subscription(topic, ack_deadline_s=ACK_DEADLINE_S, **push)
+    return server.topic_and_subscription(ack_deadline_s=ACK_DEADLINE_S, **push)
 
 
 def _wait_for_messages(endpoint: Endpoint, path: str, count: int) -> None:
@@ -225,7 +214,7 @@ def _wait_for_messages(endpoint: Endpoint, path: str, count: int) -> None:
 def _publish_at_rate(server: LakePubSubServer, topic: str, rate_per_s: int, messages: int) -> float:
     """The peer's latency publisher (its own process): one message per request, stamped
     with its send time. Returns the rate it achieved."""
-    job = lps._LatencyPublishJob(server.url, topic, rate_per_s=rate_per_s, messages=messages)
+    job = partial(lps.latency_publisher, server.url, topic, rate_per_s, messages)
     [done], _ = run_clients([job], server_pid=server.pid, preload=lps.__name__)
     return messages / (done.end_s - done.start_s)
 
@@ -451,10 +440,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     sections: list[tuple[str, list[str]]] = []
     paths = {"throughput": "/throughput", "latency": "/latency"}
     backoff_paths = ("/one-in-five", "/all-nack")
-    behaviours = {
-        **dict.fromkeys(paths.values(), ack_all),
-        backoff_paths[0]: nack_one_in(5),
-        backoff_paths[1]: nack_all,
+    behaviours: dict[str, Behaviour] = {
+        **dict.fromkeys(paths.values(), lambda _: ACK),
+        backoff_paths[0]: lambda i: NACK if i % NACK_ONE_IN == NACK_ONE_IN - 1 else ACK,
+        backoff_paths[1]: lambda _: NACK,
     }
     with Endpoint(behaviours) as endpoint, Server() as server:
         for title, step, about in (

@@ -15,6 +15,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -105,15 +106,33 @@ def ratio(ours: Result | None, peer: Result | None) -> str:
     return f"{ours.median / peer.median:.3g}\u00d7"
 
 
-def target(value: float, bound: float, *, at_least: bool) -> tuple[str, str]:
-    """A target's cell (``≥ bound`` or ``≤ bound``) and whether ``value`` meets it."""
+def target(
+    result: Result, bound: float | None, *, at_least: bool, divisor: float = 1.0
+) -> list[str]:
+    """A target row's cells: the figure (``cell``), the target (``≥ bound`` or ``≤ bound``)
+    and whether the median meets it; no target without a ``bound``."""
+    if bound is None:
+        return [cell(result, divisor), "", ""]
+    value = result.median / divisor
     met = value >= bound if at_least else value <= bound
-    return f"{'≥' if at_least else '≤'} {bound:,g}", "yes" if met else "**no**"
+    return [
+        cell(result, divisor),
+        f"{'≥' if at_least else '≤'} {bound:,g}",
+        "yes" if met else "**no**",
+    ]
 
 
-def table(header: Sequence[str], rows: Iterable[Sequence[object]], *, right: int = 1) -> list[str]:
-    """A markdown table; columns from ``right`` on are right-aligned."""
-    align = ["---" if i < right else "---:" for i in range(len(header))]
+def table(
+    header: Sequence[str],
+    rows: Iterable[Sequence[object]],
+    *,
+    right: int = 1,
+    centred: Sequence[int] = (),
+) -> list[str]:
+    """A markdown table; columns from ``right`` on are right-aligned, but ``centred`` ones."""
+    align = [
+        ":---:" if i in centred else "---" if i < right else "---:" for i in range(len(header))
+    ]
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
     return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
 
@@ -135,6 +154,27 @@ def side_by_side(
         mine, theirs = found.get((ours, *key)), found.get((peer, *key))
         rows.append((*key, cell(mine), cell(theirs), ratio(mine, theirs)))
     return table(["case", "metric", "unit", *labels, "ratio"], rows, right=3)
+
+
+def machine_lines(
+    load_before: Sequence[float],
+    load_after: Sequence[float],
+    *,
+    stores: str,
+    note: str,
+    software: str,
+) -> list[str]:
+    """The lines of a report's "Machine" section: CPU, disk, load average at both ends,
+    ``software`` (after Python's version)."""
+    temp = tempfile.gettempdir()
+    return [
+        f"- **CPU:** {os.cpu_count()} cores ({cpu_model()}); "
+        f"{psutil.virtual_memory().total / _GIB:.1f} GiB RAM; {platform.platform()}",
+        f"- **Disk:** {stores} in `{temp}` on {disk(temp)}",
+        f"- **Load average** (1/5/15 min): {load(load_before)} at the start, "
+        f"{load(load_after)} at the end. {note}",
+        f"- **Software:** Python {platform.python_version()}; {software}",
+    ]
 
 
 def header(title: str, *, command: str, about: str = "") -> list[str]:

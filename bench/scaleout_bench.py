@@ -9,32 +9,26 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import multiprocessing as mp
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from multiprocessing.synchronize import Barrier
-from typing import TYPE_CHECKING, TypeAlias, TypeVar
+from functools import partial
+from typing import TypeVar
 
 import psutil
 
 from bench import peer_lakepubsub as lps
 from bench import report
-from bench.harness.lakepubsub_server import BenchError, LakePubSubServer
+from bench.clients import Context, Report, run_clients, span_s
+from bench.harness.lakepubsub_server import LakePubSubServer
 from bench.harness.meter import ProcessMeter
-
-if TYPE_CHECKING:
-    from multiprocessing.queues import Queue
 
 CONSUMERS = 4
 PULL_MAX = 1000
-TIMEOUT_S = 120.0
 # A consumer stops after this many empty pulls in a row past the phase's end.
 EMPTY_PULLS_TO_STOP = 2
 T = TypeVar("T")
-# What each client process sends back: ("ok", its server, its count) or ("error", server, text).
-Results: TypeAlias = "Queue[tuple[str, str, int | str]]"
 
 
 @dataclass(frozen=True)
@@ -95,78 +89,54 @@ def counters(servers: list[LakePubSubServer]) -> tuple[int, int]:
     return sum(c.commits for c in now), sum(c.conflicts for c in now)
 
 
-def _publisher(
-    url: str, topic: str, batch: int, seconds: float, barrier: Barrier, out: Results
-) -> None:
+def _publisher(url: str, topic: str, batch: int, seconds: float, ctx: Context) -> Report:
     body = lps._publish_body(0, batch)
     sent = 0
-    try:
-        with lps._client(url) as client:
-            barrier.wait(TIMEOUT_S)
-            end = time.monotonic() + seconds
-            while time.monotonic() < end:
-                sent += len(lps._post(client, f"/v1/{topic}:publish", body)["messageIds"])
-    except BenchError as exc:  # reported, so the parent does not wait for this client
-        out.put(("error", url, str(exc)))
-        return
-    out.put(("ok", url, sent))
+    with lps._client(url) as client:
+        clock = ctx.start()
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            sent += len(lps._post(client, f"/v1/{topic}:publish", body)["messageIds"])
+    return clock.report(sent)
 
 
-def _consumer(url: str, sub: str, seconds: float, barrier: Barrier, out: Results) -> None:
+def _consumer(url: str, sub: str, seconds: float, ctx: Context) -> Report:
     acked = empty = 0
     pull = lps._pull_body(PULL_MAX)
-    try:
-        with lps._client(url) as client:
-            barrier.wait(TIMEOUT_S)
-            end = time.monotonic() + seconds
-            while time.monotonic() < end and empty < EMPTY_PULLS_TO_STOP:
-                received = lps._post(client, f"/v1/{sub}:pull", pull).get("receivedMessages", [])
-                empty = 0 if received else empty + 1
-                if received:
-                    lps._post(client, f"/v1/{sub}:acknowledge", lps._ack_body(received))
-                    acked += len(received)
-    except BenchError as exc:
-        out.put(("error", url, str(exc)))
-        return
-    out.put(("ok", url, acked))
+    with lps._client(url) as client:
+        clock = ctx.start()
+        end = time.monotonic() + seconds
+        while time.monotonic() < end and empty < EMPTY_PULLS_TO_STOP:
+            received = lps._post(client, f"/v1/{sub}:pull", pull).get("receivedMessages", [])
+            empty = 0 if received else empty + 1
+            if received:
+                lps._post(client, f"/v1/{sub}:acknowledge", lps._ack_body(received))
+                acked += len(received)
+    return clock.report(acked)
 
 
 def timed(
-    target: object, urls: list[str], count: int, args: tuple[object, ...]
+    job: Callable[..., Report], servers: list[LakePubSubServer], count: int, *args: object
 ) -> tuple[float, dict[str, int]]:
-    """Run ``count`` client processes (client i on server i mod N) together; wall s, per server."""
-    ctx = mp.get_context("spawn")
-    barrier = ctx.Barrier(count + 1)
-    out: Results = ctx.Queue()
-    procs = [
-        ctx.Process(target=target, args=(urls[i % len(urls)], *args, barrier, out))  # type: ignore[arg-type]
-        for i in range(count)
-    ]
-    for p in procs:
-        p.start()
-    barrier.wait(TIMEOUT_S)
-    start = time.monotonic()
+    """Run ``count`` client processes (client i on server i mod N) together; their span in
+    seconds and the messages of each server."""
+    urls = [server.url for server in servers]
+    jobs = [partial(job, urls[i % len(urls)], *args) for i in range(count)]
+    # The servers are metered by ``metered``.
+    reports, _ = run_clients(jobs, server_pid=servers[0].pid, preload=lps.__name__)
     per_server = dict.fromkeys(urls, 0)
-    for _ in procs:
-        status, url, value = out.get(timeout=TIMEOUT_S + 60)
-        if status != "ok":
-            raise SystemExit(f"a client of {url} failed: {value}")
-        per_server[url] += int(value)
-    wall = time.monotonic() - start
-    for p in procs:
-        p.join()
-    return wall, per_server
+    for i, done in enumerate(reports):
+        per_server[urls[i % len(urls)]] += done.messages
+    return span_s(reports), per_server
 
 
 def run_servers(n: int, clients: int, batch: int, seconds: float, s3: bool) -> list[Phase]:
     with servers_on_one_lake(n, s3) as servers:
-        urls = [server.url for server in servers]
-        topic = servers[0].create_topic()
-        sub = servers[0].create_subscription(topic, ack_deadline_s=60)
+        topic, sub = servers[0].topic_and_subscription(ack_deadline_s=60)
         phases = []
         before = counters(servers)
         (wall, per), use = metered(
-            servers, lambda: timed(_publisher, urls, clients, (topic, batch, seconds))
+            servers, lambda: timed(_publisher, servers, clients, topic, batch, seconds)
         )
         after = counters(servers)
         published = sum(per.values())
@@ -177,7 +147,7 @@ def run_servers(n: int, clients: int, batch: int, seconds: float, s3: bool) -> l
         )  # fmt: skip
         before = after
         (wall, per), use = metered(
-            servers, lambda: timed(_consumer, urls, CONSUMERS, (sub, seconds))
+            servers, lambda: timed(_consumer, servers, CONSUMERS, sub, seconds)
         )
         after = counters(servers)
         acked = sum(per.values())

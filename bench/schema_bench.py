@@ -1,21 +1,8 @@
 """Schemas: what validation costs a publisher, and what a typed view costs a query.
 
-1. **Publish.** A lakepubsub server (uvicorn, local lake) gets ``--requests``
-   REST publish requests of 100 messages from 4 client threads, to a topic
-   without a schema and to a topic with an Avro schema (BINARY), in
-   alternating rounds; every message is the same 1 KiB Avro record (ten
-   fields). The figure is the server process's CPU (user + system, from the
-   kernel) per message: it barely moves when other work shares the machine,
-   unlike throughput, which is reported too.
-2. **Typed view.** ``--records`` Avro records (~200 bytes: id, region,
-   amount, count, note) are published to a topic with a schema that gained a
-   revision half-way; the same aggregate runs on the typed view (Spark's
-   ``from_avro``), on the same decoding done by a Python Arrow UDF (fastavro),
-   and on plain parquet holding the decoded columns. Median wall and CPU
-   seconds (Spark's JVM and Python workers) of ``--runs`` runs after a warm-up.
-
-Writes bench/results/schema.md (schema-quick.md with ``--quick``); ``--publish-only``
-runs part 1 alone and only prints it.
+The two parts: bench/README.md, "Schemas: validation on publish, typed views". Writes
+``schema.md`` (``schema-quick.md`` with ``--quick``); ``--publish-only`` runs the first
+part alone and only prints it.
 """
 
 from __future__ import annotations
@@ -29,9 +16,9 @@ import platform
 import shutil
 import statistics
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +42,7 @@ CLIENTS = 4
 # Alternating rounds per topic kind: CPU per message wanders with the machine's load,
 # and a median of five rides out a busy round on either side.
 ROUNDS = 5
+_JSON = {"content-type": "application/json"}
 
 
 # Ten fields, encoded to about 1 KiB.
@@ -142,25 +130,15 @@ def publish_cost(requests: int) -> dict[str, Any]:
 
 
 def _drive(url: str, path: str, body: bytes, requests: int) -> None:
-    counter = iter(range(requests))
-    lock = threading.Lock()
+    """``requests`` POSTs of ``body`` from ``CLIENTS`` threads, each with a client of its own."""
 
-    def client() -> None:
+    def client(count: int) -> None:
         with httpx.Client(base_url=url, timeout=60) as http:
-            while True:
-                with lock:
-                    if next(counter, None) is None:
-                        return
-                response = http.post(
-                    path, content=body, headers={"content-type": "application/json"}
-                )
-                response.raise_for_status()
+            for _ in range(count):
+                http.post(path, content=body, headers=_JSON).raise_for_status()
 
-    threads = [threading.Thread(target=client) for _ in range(CLIENTS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    with ThreadPoolExecutor(CLIENTS) as pool:
+        list(pool.map(client, [len(range(c, requests, CLIENTS)) for c in range(CLIENTS)]))
 
 
 # -- 2. typed view -------------------------------------------------------------------------------

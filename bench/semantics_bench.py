@@ -11,8 +11,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import platform
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -234,19 +232,16 @@ def run_all(sizes: Sizes, *, progress: Callable[[str], None]) -> list[w.Result]:
 
 def cases_table(results: Sequence[w.Result]) -> str:
     by_key = {(r.case, r.metric): r for r in results}
-    lines = [
-        "| subscription | delivered msgs | drain time, s | msgs/s delivered "
-        "| server CPU s per 1M delivered | Delta commits per delivered msg |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
-    ]
+    header = ["subscription", "delivered msgs", "drain time, s", "msgs/s delivered"]
+    header += ["server CPU s per 1M delivered", "Delta commits per delivered msg"]
+    rows = []
     for case in CASES:
         # Every run delivers the same count (or fails): one number.
-        cells = [out.fmt(by_key[case.name, DELIVERED].median)] + [
-            out.cell(by_key.get((case.name, metric)))
-            for metric in (DRAIN_S, THROUGHPUT, SERVER_CPU_PER_MILLION, COMMITS_PER_MESSAGE)
-        ]
-        lines.append(f"| {case.name} | {' | '.join(cells)} |")
-    return "\n".join(lines)
+        cells = [out.fmt(by_key[case.name, DELIVERED].median)]
+        metrics = (DRAIN_S, THROUGHPUT, SERVER_CPU_PER_MILLION, COMMITS_PER_MESSAGE)
+        cells += [out.cell(by_key.get((case.name, metric))) for metric in metrics]
+        rows.append((case.name, *cells))
+    return "\n".join(out.table(header, rows))
 
 
 class Ratio(NamedTuple):
@@ -273,19 +268,12 @@ RATIO_ROWS = (
 
 def targets_table(results: Sequence[w.Result]) -> str:
     by_metric = {r.metric: r for r in results if r.case == RATIOS}
-    lines = [
-        "| ratio (within a round) | median [min-max] | target | met |",
-        "| --- | ---: | ---: | :---: |",
+    rows = [
+        (row.label, *out.target(by_metric[row.metric], row.bound, at_least=row.at_least))
+        for row in RATIO_ROWS
     ]
-    for row in RATIO_ROWS:
-        result = by_metric[row.metric]
-        bound, met = (
-            ("", "")
-            if row.bound is None
-            else out.target(result.median, row.bound, at_least=row.at_least)
-        )
-        lines.append(f"| {row.label} | {out.cell(result)} | {bound} | {met} |")
-    return "\n".join(lines)
+    header = ["ratio (within a round)", "median [min-max]", "target", "met"]
+    return "\n".join(out.table(header, rows, centred=(3,)))
 
 
 def report(
@@ -297,7 +285,6 @@ def report(
     load_before: tuple[float, float, float],
     load_after: tuple[float, float, float],
 ) -> str:
-    temp = tempfile.gettempdir()
     server = "a fresh server and lake for every run" if sizes.fresh_server else "one server"
     return "\n".join(
         [
@@ -307,12 +294,13 @@ def report(
             "",
             "## Machine",
             "",
-            f"- **CPU:** {os.cpu_count()} cores ({out.cpu_model()}); {platform.platform()}",
-            f"- **Disk:** lakes in `{temp}` on {out.disk(temp)}",
-            f"- **Load average** (1/5/15 min): {out.load(load_before)} at the start, "
-            f"{out.load(load_after)} at the end. Server and clients share the cores.",
-            f"- **Software:** Python {platform.python_version()}; "
-            + out.software("deltalake", "pyarrow", "uvicorn", "httpx"),
+            *out.machine_lines(
+                load_before,
+                load_after,
+                stores="lakes",
+                note="Server and clients share the cores.",
+                software=out.software("deltalake", "pyarrow", "uvicorn", "httpx"),
+            ),
             "",
             "## Workload",
             "",

@@ -1,33 +1,6 @@
-"""Spark SQL over a messages table: delta-spark (``format("delta")``) vs ``spark.read.parquet``.
-
-Builds a messages table with delta-rs (``--rows`` messages of 1 KiB
-incompressible data in ``--files`` commits, one file each, then a
-checkpoint) in a temp dir, or with ``--s3`` in the bucket of a moto S3
-server started for the run (``python -m moto.server`` on 127.0.0.1, read
-through hadoop-aws ``s3a://``), then times three queries on a temporary
-view over each read path:
-
-- ``full scan``: every column of every row (``SELECT *`` into Spark's ``noop`` sink)
-- ``4-column aggregate``: ``attributes['k']``, ``count(*)``, ``sum(size)``,
-  ``max(publish_time)``, ``min(offset)`` ``GROUP BY 1``
-- ``count``: ``SELECT count(*) ...``
-
-Paths: (a) ``spark.read.parquet`` on the table directory, the baseline;
-(b) ``spark.read.format("delta")``, Delta's own connector, which is how the
-views read the lake. Each figure is the median of ``--runs``
-timed runs after one warm-up, in seconds, with min-max and the ratios of
-median and of minimum to the baseline's, and the median CPU seconds of the
-Spark JVM and its Python workers (which other load on the machine, recorded
-in the report, hardly disturbs). The time to pin the version and create each
-view is reported separately. Writes
-bench/results/spark_scan.md (spark_scan-s3.md with ``--s3``; ``-quick`` with ``--quick``).
-
-``--shell`` measures the interactive ``lakepubsub sql`` instead: it publishes
-``--rows`` messages (100 B, batches of 1,000) to a topic of a local lake
-through the engine, starts the shell on a pseudo-terminal, and times the start
-until the prompt, then ``SELECT count(*)`` from typing the statement to its
-answer (``--runs`` times), before and after the compaction job's rewrite of
-the topic's files; it replaces the shell section of spark_scan.md.
+"""Spark SQL over a messages table: delta-spark (``format("delta")``) vs ``spark.read.parquet``,
+and with ``--shell`` the ``lakepubsub sql`` shell's latency. The cases and figures:
+bench/README.md, "Spark SQL over history". Writes ``spark_scan*.md``.
 """
 
 from __future__ import annotations
@@ -44,6 +17,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
@@ -80,6 +54,9 @@ QUERIES = {
 # Queries whose every row would flood the driver: run into the noop sink, answer checked by count.
 NOOP_QUERIES = {"full scan"}
 S3_BUCKET = "lakepubsub-bench"
+# The read paths, by label: the data source each view ``v_<source>`` reads with.
+PATHS = {"(a) spark.read.parquet": "parquet", '(b) delta-spark format("delta")': "delta"}
+BASELINE = "(a) spark.read.parquet"
 
 
 @dataclass(frozen=True)
@@ -161,20 +138,12 @@ def interleaved(
 def views(spark: SparkSession, path: str) -> dict[str, Callable[[], DataFrame]]:
     """Each read path as a function that creates its view (timed as the pin cost)."""
 
-    def parquet() -> DataFrame:
-        frame = spark.read.parquet(path)
-        frame.createOrReplaceTempView("v_parquet")
+    def create(source: str) -> DataFrame:
+        frame = spark.read.format(source).load(path)
+        frame.createOrReplaceTempView(f"v_{source}")
         return frame
 
-    def delta() -> DataFrame:
-        frame = spark.read.format("delta").load(path)
-        frame.createOrReplaceTempView("v_delta")
-        return frame
-
-    return {
-        "(a) spark.read.parquet": parquet,
-        '(b) delta-spark format("delta")': delta,
-    }
+    return {label: partial(create, source) for label, source in PATHS.items()}
 
 
 def run(rows: int, files: int, runs: int, quick: bool, s3: bool) -> str:
@@ -191,15 +160,11 @@ def run(rows: int, files: int, runs: int, quick: bool, s3: bool) -> str:
         path = spark_path(uri)
         build_s = time.perf_counter() - start
         print(f"built {rows:,} rows in {files} files in {build_s:.1f} s", file=sys.stderr)
-        view_names = {
-            "(a) spark.read.parquet": "v_parquet",
-            '(b) delta-spark format("delta")': "v_delta",
-        }
         jvm_pid = int(spark.sparkContext._jvm.ProcessHandle.current().pid())  # type: ignore[union-attr]
         pins = interleaved(views(spark, path), runs, jvm_pid)
         results: dict[tuple[str, str], Timing] = {}
         for query, sql in QUERIES.items():
-            texts = {label: sql.format(view=view) for label, view in view_names.items()}
+            texts = {label: sql.format(view=f"v_{source}") for label, source in PATHS.items()}
             answers = {answer(spark, query, text) for text in texts.values()}
             if len(answers) != 1:
                 raise SystemExit(f"paths disagree on {query!r}: {answers}")
@@ -211,7 +176,6 @@ def run(rows: int, files: int, runs: int, quick: bool, s3: bool) -> str:
                     f" (cpu {timing.cpu_median_s:.2f} s)",
                     file=sys.stderr,
                 )
-        baseline = "(a) spark.read.parquet"
         where = "moto S3 (s3a://, hadoop-aws)" if s3 else "local disk"
         title = f"Spark SQL scan benchmark, {where}" + (" (quick)" if quick else "")
         lines += [
@@ -230,31 +194,25 @@ def run(rows: int, files: int, runs: int, quick: bool, s3: bool) -> str:
             "| path | " + " | ".join(QUERIES) + " | view creation |",
             "|---|" + "---|" * (len(QUERIES) + 1),
         ]
-        for label in view_names:
-            cells = []
-            for query in QUERIES:
-                t = results[(label, query)]
-                base = results[(baseline, query)]
-                cells.append(
-                    f"{t.median_s:.3f} [{t.min_s:.3f}-{t.max_s:.3f}]"
-                    f" {t.median_s / base.median_s:.2f}x / {t.min_s / base.min_s:.2f}x"
-                )
-            cells.append(f"{pins[label].median_s:.3f}")
-            lines.append(f"| {label} | " + " | ".join(cells) + " |")
-        lines += [
+        cpu_lines = [
             "",
             "CPU seconds of the Spark JVM and its Python workers, median, and the ratio to (a):",
             "",
             "| path | " + " | ".join(QUERIES) + " |",
             "|---|" + "---|" * len(QUERIES),
         ]
-        for label in view_names:
-            cells = []
+        for label in PATHS:
+            wall, cpu = [], []
             for query in QUERIES:
-                t = results[(label, query)]
-                base = results[(baseline, query)]
-                cells.append(f"{t.cpu_median_s:.2f} {t.cpu_median_s / base.cpu_median_s:.2f}x")
-            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+                t, base = results[label, query], results[BASELINE, query]
+                wall.append(
+                    f"{t.median_s:.3f} [{t.min_s:.3f}-{t.max_s:.3f}]"
+                    f" {t.median_s / base.median_s:.2f}x / {t.min_s / base.min_s:.2f}x"
+                )
+                cpu.append(f"{t.cpu_median_s:.2f} {t.cpu_median_s / base.cpu_median_s:.2f}x")
+            lines.append(f"| {label} | {' | '.join(wall)} | {pins[label].median_s:.3f} |")
+            cpu_lines.append(f"| {label} | {' | '.join(cpu)} |")
+        lines += cpu_lines
         lines += [
             "",
             "Both paths returned the same answers. (b) is Delta's own Spark connector (the"

@@ -1,13 +1,8 @@
 """The one lakepubsub server launcher, for the benchmarks and the tests: an API process
-on a fresh lake (local or moto S3) or a given one.
-
-``python -m uvicorn api.app:create_app --factory`` (or another app factory) by
-default, ``lakepubsub serve`` (REST and gRPC on one port) with ``serve=True``;
-either on 127.0.0.1 and a port it picks itself, with ``lakepubsub serve``'s
-keep-alive timeout; or on a fixed port, where it can be killed and restarted
-(the chaos runs). Besides starting it, the launcher creates topics and
-subscriptions over REST and checks through an in-process ``Engine`` what the
-lake holds.
+(uvicorn, or ``lakepubsub serve`` with ``serve=True``) on a fresh lake (local or moto S3)
+or a given one, on a port it picks or a fixed one (then it can be killed and restarted);
+it creates topics and subscriptions over REST and checks through an in-process
+``Engine`` what the lake holds. bench/README.md, "One entry point, one harness".
 """
 
 from __future__ import annotations
@@ -22,7 +17,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager as ContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +26,7 @@ import httpx
 from bench.harness import scratch
 from bench.harness.moto_server import DIRECTORY_BUCKET_ENV, MotoServer
 from bench.harness.processes import stop
-from bench.harness.s3_proxy import S3Proxy
+from bench.harness.s3_proxy import KINDS, S3Proxy, request_kind
 from lakepubsub import Engine, Settings, constants
 from lakepubsub.resources.names import SubscriptionName, TopicName
 
@@ -47,9 +42,9 @@ REQUEST_TIMEOUT_S = 120.0
 # Acks reach the lease table within the server's lease flush window (30 s on S3:
 # held in memory, then committed together) and a commit's time after it.
 ACKS_SETTLE_TIMEOUT_S = 10.0 + constants.S3_LEASE_FLUSH_MS / 1000
-# S3 request kinds counted from moto's log; "post" (multipart, batch delete) is
-# billed as PUT, "delete" is free.
-S3_KINDS = ("put", "post", "list", "get", "head", "delete")
+# S3 request kinds counted from moto's log (as the proxy counts them); "post" (multipart,
+# batch delete) is billed as PUT, "delete" is free.
+S3_KINDS = KINDS
 _COMMITS = "lakepubsub_delta_commits_total"
 _CONFLICTS = "lakepubsub_commit_conflicts_total"
 _LISTENING = re.compile(r"Uvicorn running on http://127\.0\.0\.1:(\d+)")
@@ -78,16 +73,9 @@ class MotoS3(MotoServer):
             text = log.read()
         kinds: Counter[str] = Counter()
         for method, target in _MOTO_REQUEST.findall(text):
-            kinds[request_kind(method.decode(), target.decode())] += 1
+            path, _, query = target.decode().partition("?")
+            kinds[request_kind(method.decode(), path, query)] += 1
         return kinds
-
-
-def request_kind(method: str, target: str) -> str:
-    path, _, _ = target.partition("?")
-    if method == "GET":
-        # Path-style addressing: a GET on the bucket itself lists it.
-        return "list" if path.strip("/").count("/") == 0 else "get"
-    return method.lower() if method.lower() in S3_KINDS else "get"
 
 
 @dataclass(frozen=True)
@@ -97,6 +85,8 @@ class Counters:
     commits: int
     conflicts: int
     moto_log_offset: int
+    # The Delta commits by table ("messages", "intake", "leases"...).
+    commits_by_table: dict[str, float] = field(default_factory=dict)
 
 
 class LakePubSubServer:
@@ -269,17 +259,22 @@ class LakePubSubServer:
         return self.url.removeprefix("http://")
 
     def counters(self) -> Counters:
-        """This server's Delta commit and conflict counters (all tables), and moto's log offset."""
+        """This server's Delta commit and conflict counters, and moto's log offset."""
         text = httpx.get(f"{self.url}/metrics", timeout=REQUEST_TIMEOUT_S).text
-        found = {_COMMITS: 0.0, _CONFLICTS: 0.0}
+        by_table: dict[str, float] = {}
+        conflicts = 0.0
         for line in text.splitlines():
             name, _, rest = line.partition("{")
-            if name in found:
-                found[name] += float(rest.rpartition(" ")[2])
+            if name == _COMMITS:
+                table = rest.partition('table="')[2].partition('"')[0]
+                by_table[table] = by_table.get(table, 0.0) + float(rest.rpartition(" ")[2])
+            elif name == _CONFLICTS:
+                conflicts += float(rest.rpartition(" ")[2])
         return Counters(
-            commits=round(found[_COMMITS]),
-            conflicts=round(found[_CONFLICTS]),
+            commits=round(sum(by_table.values())),
+            conflicts=round(conflicts),
             moto_log_offset=self.moto.log_offset() if self.moto else 0,
+            commits_by_table=by_table,
         )
 
     @contextlib.contextmanager
@@ -304,6 +299,11 @@ class LakePubSubServer:
         answer = httpx.put(f"{self.url}/v1/{path}", json=body, timeout=REQUEST_TIMEOUT_S)
         answer.raise_for_status()
         return path
+
+    def topic_and_subscription(self, *, ack_deadline_s: int, **fields: Any) -> tuple[str, str]:
+        """A fresh topic and one fresh subscription to it (``fields`` as above)."""
+        topic = self.create_topic()
+        return topic, self.create_subscription(topic, ack_deadline_s=ack_deadline_s, **fields)
 
     def topic_head(self, topic: str) -> int:
         """How many messages the topic holds."""

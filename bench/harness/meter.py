@@ -9,9 +9,11 @@ the start of the interval where Linux allows it) and a background sampler.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -101,24 +103,19 @@ class ProcessMeter:
         except psutil.NoSuchProcess:
             return [self._process]
 
-    def _cpu_s(self) -> float:
+    def _total(self, read: Callable[[psutil.Process], float]) -> float:
+        """``read`` summed over the measured processes (those that ended meanwhile count 0)."""
         total = 0.0
         for process in self._processes():
-            try:
-                times = process.cpu_times()
-            except psutil.NoSuchProcess:
-                continue
-            total += times.user + times.system
+            with contextlib.suppress(psutil.NoSuchProcess):
+                total += read(process)
         return total
 
+    def _cpu_s(self) -> float:
+        return self._total(lambda p: sum(p.cpu_times()[:2]))
+
     def _rss_bytes(self) -> int:
-        total = 0
-        for process in self._processes():
-            try:
-                total += process.memory_info().rss
-            except psutil.NoSuchProcess:
-                continue
-        return total
+        return int(self._total(lambda p: p.memory_info().rss))
 
     def _sample_loop(self) -> None:
         while not self._stop.wait(self._sample_interval_s):

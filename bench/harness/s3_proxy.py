@@ -2,19 +2,14 @@
 
     python -m bench.harness.s3_proxy --upstream http://127.0.0.1:PORT [--profile standard]
 
-It sits between lakepubsub (delta-rs, boto3) and a moto S3 server, forwards
-every request unchanged (the ``Host`` header too, so signatures still match)
-and answers no sooner than a first-byte delay drawn for the request's billing
-class from the chosen profile (a directory bucket, ``...--x-s3``, gets the
-Express profile whatever the chosen one). The delay is the request's whole time
-to the first byte, as S3's published figures are: the time moto and the proxy
-take counts toward it (a drawn 50 ms PUT that moto answers in 8 ms is held 42 ms
-more), so the profile is not inflated by the emulator's own work. It counts
-each request by kind (``put``, ``post``, ``list``, ``get``, ``head``,
-``delete``) and by key pattern (the key with ids and numbers replaced by
-``*``), so a cost can be traced to the code that makes it. ``GET
-/_proxy/counts`` returns the counts as JSON and ``POST /_proxy/reset`` zeroes
-them (S3 bucket names cannot start with ``_``).
+It forwards every request to a moto S3 server unchanged (the ``Host`` header too, so
+signatures still match) and answers no sooner than a first-byte delay drawn for the
+request's billing class from the chosen profile (a directory bucket, ``...--x-s3``,
+gets the Express profile whatever the chosen one); moto's and the proxy's own time
+count toward that delay. It counts each request by kind and by key pattern (the key
+with ids and numbers replaced by ``*``); ``GET /_proxy/counts`` returns the counts as
+JSON and ``POST /_proxy/reset`` zeroes them. What the profiles are: bench/README.md,
+"Counted at a proxy".
 
 Written here because no maintained tool does both: moto can be slowed and
 counted only by patching its responses, and its request log has neither the

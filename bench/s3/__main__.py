@@ -1,15 +1,5 @@
-"""S3 cost of lakepubsub, counted at a proxy in front of moto (bench/harness/s3_proxy.py).
-
-Cases:
-
-- ``idle``: a ``lakepubsub serve`` process on a moto lake with 1 topic and 1
-  subscription and no client, then with ``IDLE_RESOURCES`` topics and
-  subscriptions and one StreamingPull stream open on each (Google's Python
-  client, in its own process). After a warm-up the proxy's counts are zeroed
-  and read again ``window`` seconds later: requests per minute by kind and the
-  top key patterns, and dollars per month at S3 Standard and Express prices.
-
-Written to ``DIR/s3.md`` (``bench/results`` by default).
+"""S3 requests of lakepubsub, counted at a proxy in front of moto: the idle, load and
+flush cases (bench/README.md, "Counted at a proxy"). Writes ``s3*.md``.
 """
 
 from __future__ import annotations
@@ -19,8 +9,8 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
-import httpx
 import orjson
 
 from bench import report as out
@@ -36,32 +26,11 @@ WINDOW_S = 330.0
 QUICK_WINDOW_S = 20.0
 MINUTES_PER_MONTH = 60 * 24 * 30
 TOP_KEYS = 8
+TIERS = ("standard", "express")
 MILLION = 1_000_000
 # Streams open and the first cycles run before the counts are zeroed.
 LOAD_SETTLE_S = 5.0
 LOAD_TIMEOUT_S = 900.0
-
-
-@dataclass
-class IdleResult:
-    label: str
-    seconds: float
-    kinds: dict[str, int]
-    keys: dict[str, int]
-
-    def per_minute(self, kind: str) -> float:
-        return self.kinds.get(kind, 0) * 60 / self.seconds
-
-    def usd_month(self, tier: str) -> float:
-        return usd(self.kinds, tier) * 60 / self.seconds * MINUTES_PER_MONTH
-
-
-def _create(server: LakePubSubServer, count: int) -> tuple[list[str], list[str]]:
-    """``count`` topics and one subscription to each: their names."""
-    topics = [server.create_topic() for _ in range(count)]
-    return topics, [
-        server.create_subscription(t, ack_deadline_s=DEFAULT_ACK_DEADLINE_S) for t in topics
-    ]
 
 
 @dataclass
@@ -90,13 +59,9 @@ class LoadResult:
         return spent * MILLION / max(1, self.messages)
 
 
-def _commits(server: LakePubSubServer) -> dict[str, float]:
-    found: dict[str, float] = {}
-    for line in httpx.get(f"{server.url}/metrics", timeout=30).text.splitlines():
-        if line.startswith("lakepubsub_delta_commits_total{"):
-            table = line.split('table="', 1)[1].split('"', 1)[0]
-            found[table] = found.get(table, 0.0) + float(line.rpartition(" ")[2])
-    return found
+def _by_kind(counts: dict[str, object], key: str) -> dict[str, int]:
+    """One of the proxy's counts (``kinds``, ``keys``, ``directory_kinds``) as numbers."""
+    return {str(k): int(v) for k, v in dict(counts[key]).items()}  # type: ignore[call-overload]
 
 
 def _json_line(process: subprocess.Popen[bytes]) -> dict[str, object]:
@@ -125,7 +90,11 @@ def load(
         s3=True, serve=True, proxy=profile, env=env, intake_bucket=intake_bucket
     ) as server:
         assert server.proxy is not None and server.moto is not None
-        topic_names, names = _create(server, topics)
+        pairs = [
+            server.topic_and_subscription(ack_deadline_s=DEFAULT_ACK_DEADLINE_S)
+            for _ in range(topics)
+        ]
+        topic_names, names = zip(*pairs, strict=True)
         total = int(rate * seconds)
         host = server.emulator_host
         module = [sys.executable, "-m", "bench.s3.load"]
@@ -138,7 +107,7 @@ def load(
         subscriber.stdout.readline()  # "ready"
         time.sleep(LOAD_SETTLE_S)
         server.proxy.reset()
-        before = _commits(server)
+        before = server.counters().commits_by_table
         meters = [ProcessMeter(p) for p in (server.pid, server.moto.pid, server.proxy.pid)]
         started = time.monotonic()
         for meter in meters:
@@ -154,9 +123,8 @@ def load(
             meter.__exit__(None, None, None)
         wall = time.monotonic() - started
         counts = server.proxy.reset()
-        after = _commits(server)
-    kinds = {str(k): int(v) for k, v in dict(counts["kinds"]).items()}  # type: ignore[call-overload]
-    directory = {str(k): int(v) for k, v in dict(counts["directory_kinds"]).items()}  # type: ignore[call-overload]
+        after = server.counters().commits_by_table
+    kinds, directory = _by_kind(counts, "kinds"), _by_kind(counts, "directory_kinds")
     commits = {t: after.get(t, 0.0) - before.get(t, 0.0) for t in after}
     cpu = {n: m.usage.cpu_s for n, m in zip(("server", "moto", "proxy"), meters, strict=True)}
     return LoadResult(label, total, kinds, commits, published, delivered, cpu, wall, directory)
@@ -169,12 +137,17 @@ def idle(
     window_s: float,
     profile: str,
     env: dict[str, str] | None = None,
-) -> IdleResult:
+) -> tuple[str, list[str]]:
+    """The idle case's row of the report's table, and its top request patterns."""
     with LakePubSubServer(s3=True, serve=True, proxy=profile, env=env) as server:
         assert server.proxy is not None
-        _, names = _create(server, resources)
+        pairs = [
+            server.topic_and_subscription(ack_deadline_s=DEFAULT_ACK_DEADLINE_S)
+            for _ in range(resources)
+        ]
         holder = None
         if streams:
+            names = [subscription for _, subscription in pairs]
             command = [sys.executable, "-m", "bench.s3.streams", server.emulator_host, *names]
             holder = subprocess.Popen(command, stdout=subprocess.PIPE, cwd=REPO)
         try:
@@ -186,9 +159,13 @@ def idle(
             if holder is not None:
                 holder.terminate()
                 holder.wait(timeout=30)
-    kinds = {str(k): int(v) for k, v in dict(counts["kinds"]).items()}  # type: ignore[call-overload]
-    keys = {str(k): int(v) for k, v in dict(counts["keys"]).items()}  # type: ignore[call-overload]
-    return IdleResult(label, float(counts["seconds"]), kinds, keys)  # type: ignore[arg-type]
+    kinds, keys = _by_kind(counts, "kinds"), _by_kind(counts, "keys")
+    per_minute = 60 / float(counts["seconds"])  # type: ignore[arg-type]
+    cells = [f"{kinds.get(k, 0) * per_minute:.1f}" for k in ("put", "list", "get", "head")]
+    cells += [f"{usd(kinds, tier) * per_minute * MINUTES_PER_MONTH:.2f}" for tier in TIERS]
+    patterns = [f"- `{key}`: {n * per_minute:.1f}" for key, n in list(keys.items())[:TOP_KEYS]]
+    top = ["", f"Top request patterns, {label} (per minute):", "", *patterns]
+    return f"| {label} | {' | '.join(cells)} |", top
 
 
 def load_report(results: list[LoadResult], profile: str) -> list[str]:
@@ -228,7 +205,7 @@ def load_report(results: list[LoadResult], profile: str) -> list[str]:
     return lines
 
 
-def report(results: list[IdleResult], profile: str, window_s: float) -> list[str]:
+def report(idle_cases: list[tuple[str, list[str]]], profile: str, window_s: float) -> list[str]:
     lines = [
         "# lakepubsub on S3: requests counted at the proxy",
         "",
@@ -241,18 +218,8 @@ def report(results: list[IdleResult], profile: str, window_s: float) -> list[str
         "| case | PUT/min | LIST/min | GET/min | HEAD/min | $/month Standard | $/month Express |",
         "|---|---|---|---|---|---|---|",
     ]
-    for r in results:
-        cells = [r.per_minute(k) for k in ("put", "list", "get", "head")]
-        lines.append(
-            f"| {r.label} | "
-            + " | ".join(f"{c:.1f}" for c in cells)
-            + f" | {r.usd_month('standard'):.2f} | {r.usd_month('express'):.2f} |"
-        )
-    for r in results:
-        lines += ["", f"Top request patterns, {r.label} (per minute):", ""]
-        for key, n in list(r.keys.items())[:TOP_KEYS]:
-            lines.append(f"- `{key}`: {n * 60 / r.seconds:.1f}")
-    return lines
+    lines += [row for row, _ in idle_cases]
+    return lines + [line for _, top in idle_cases for line in top]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -285,27 +252,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     hot = args.intake_bucket
     small = args.rate_each or (5.0 if args.quick else 10.0)
     topics = args.topics or (5 if args.quick else 20)
+    # Each load case with this run's profile and intake bucket.
+    run = partial(load, seconds=seconds, profile=args.profile, intake_bucket=hot)
+    batched = f"1 topic, {rate:.0f} msgs/s, batched"
     loads = [] if "load" not in cases else [
-        load(
-            f"1 topic, {rate:.0f} msgs/s, batched",
-            1, rate, seconds, single=False, profile=args.profile, env=base_env,
-            intake_bucket=hot,
-        ),
-        load(
-            f"{topics} topics x {small:.0f} msgs/s, single",
-            topics, topics * small, seconds, single=True, profile=args.profile, env=base_env,
-            intake_bucket=hot,
-        ),
+        run(batched, 1, rate, single=False, env=base_env),
+        run(f"{topics} topics x {small:.0f} msgs/s, single", topics, topics * small,
+            single=True, env=base_env),
     ]  # fmt: skip
     lines += load_report(loads, args.profile)
     if "flush" in cases:
         windows = [float(w) for w in args.flush_windows.split(",")]
         sweep = [
-            load(
-                f"1 topic, {rate:.0f} msgs/s, batched, flush {w:.0f} ms",
-                1, rate, seconds, single=False, profile=args.profile,
-                env={**base_env, "LAKEPUBSUB_FLUSH_MS": str(w)}, intake_bucket=hot,
-            )
+            run(f"{batched}, flush {w:.0f} ms", 1, rate, single=False,
+                env={**base_env, "LAKEPUBSUB_FLUSH_MS": str(w)})
             for w in windows
         ]  # fmt: skip
         lines += load_report(sweep, args.profile)

@@ -26,6 +26,7 @@ import statistics
 import threading
 import time
 from collections.abc import Sequence
+from functools import partial
 
 import orjson
 from google.cloud import pubsub_v1
@@ -113,12 +114,6 @@ def subscribe(host: str, subscriptions: list[str], expect: int, seconds: float) 
     lock = threading.Lock()
     last_new = [time.monotonic()]
 
-    def receiver(subscription: str):  # type: ignore[no-untyped-def]
-        def callback(message) -> None:  # type: ignore[no-untyped-def]
-            received(subscription, message)
-
-        return callback
-
     def received(subscription: str, message) -> None:  # type: ignore[no-untyped-def]
         nonlocal duplicates
         now = time.monotonic_ns()
@@ -134,7 +129,7 @@ def subscribe(host: str, subscriptions: list[str], expect: int, seconds: float) 
             if sent:
                 latencies.append((now - int(sent)) / NS_PER_MS)
 
-    futures = [subscriber.subscribe(s, receiver(s)) for s in subscriptions]
+    futures = [subscriber.subscribe(s, partial(received, s)) for s in subscriptions]
     print("ready", flush=True)
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:

@@ -18,7 +18,8 @@ from bench import charts, compare
 from bench import peer_lakepubsub as lps
 from bench import workload as w
 from bench.harness import scratch
-from bench.harness.lakepubsub_server import BenchError, LakePubSubServer, request_kind
+from bench.harness.lakepubsub_server import BenchError, LakePubSubServer
+from bench.harness.s3_proxy import request_kind
 
 USAGE_METRICS = {w.SERVER_CPU_PER_MILLION, w.SERVER_PEAK_RSS, w.CLIENT_CPU_PER_MILLION}
 STORAGE_METRICS = {lps.DELTA_COMMITS_PER_MILLION, lps.COMMIT_CONFLICTS_PER_MILLION}
@@ -129,15 +130,13 @@ def test_latency_receives_every_message_and_hands_out_samples(
 
 def test_a_server_error_fails_the_run(server: LakePubSubServer) -> None:
     missing = w.PullCase(consumers=1, backlog_messages=10, max_messages_per_pull=10)
-    job = lps.ConsumeJob(
-        url=server.url,
-        subscription="projects/bench/subscriptions/no-such-subscription",
-        max_messages_per_pull=missing.max_messages_per_pull,
-        total=missing.backlog_messages,
-    )
-
     with pytest.raises(BenchError, match="HTTP 404"):
-        lps._run_clients([job], server_pid=server.pid)
+        lps.consume(
+            server,
+            "projects/bench/subscriptions/no-such-subscription",
+            total=missing.backlog_messages,
+            max_messages_per_pull=missing.max_messages_per_pull,
+        )
 
 
 def test_run_all_repeats_each_case_and_merges_runs() -> None:
@@ -209,7 +208,8 @@ def test_on_s3_counts_storage_requests() -> None:
     ],
 )
 def test_moto_requests_are_classified_as_s3_bills_them(method: str, target: str, kind: str) -> None:
-    assert request_kind(method, target) == kind
+    path, _, query = target.partition("?")
+    assert request_kind(method, path, query) == kind
 
 
 # --- the report ---------------------------------------------------------------
