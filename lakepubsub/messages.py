@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 import pyarrow as pa
+
+from lakepubsub.constants import US_PER_S
+
+# The attribute that marks a delivered truncation event, for clients that know only
+# Pub/Sub (every door and push deliver an event as a message without data).
+EVENT_ATTRIBUTE = "lakepubsub.event"
 
 
 @dataclass(frozen=True)
@@ -68,6 +76,24 @@ class TruncationEvent:
             reason=str(doc["reason"]),
             time_us=int(doc["timeUs"]),
         )
+
+    def attributes(self) -> dict[str, str]:
+        """How the event looks to a client that knows only Pub/Sub: the attributes of
+        a message without data that say what happened."""
+        return {
+            EVENT_ATTRIBUTE: "truncated",
+            "lakepubsub.first_offset": str(self.first_offset),
+            "lakepubsub.end_offset": str(self.end_offset),
+            "lakepubsub.reason": self.reason,
+        }
+
+
+@functools.lru_cache(maxsize=4096)
+def format_time_us(us: int) -> str:
+    """RFC 3339 UTC with microseconds, as publish times appear in every door's answers
+    and push requests. Cached: every message of one publish commit has the same time."""
+    stamp = datetime.fromtimestamp(us // US_PER_S, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{stamp}.{us % US_PER_S:06d}Z"
 
 
 class Message(NamedTuple):

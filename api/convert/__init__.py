@@ -9,13 +9,11 @@ from api.convert.fields import (
     ENCODINGS,
     decode_data,
     enum_name,
-    format_time_us,
     parse_time_us,
     refuse_unbuilt,
 )
 from api.convert.messages import (
     ack_failures_error,
-    event_attributes,
     event_body,
     event_message_id,
     publish_batch,
@@ -34,13 +32,13 @@ from api.convert.resources import (
     topic_from_body,
     topic_mask,
 )
+from lakepubsub.messages import format_time_us
 
 __all__ = [
     "ENCODINGS",
     "ack_failures_error",
     "decode_data",
     "enum_name",
-    "event_attributes",
     "event_body",
     "event_message_id",
     "format_time_us",

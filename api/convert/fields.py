@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import functools
 import re
 from datetime import UTC, datetime
 
@@ -31,13 +30,6 @@ def parse_duration_s(text: str, field: str) -> float:
 
 def format_duration(seconds: float) -> str:
     return f"{int(seconds)}s" if float(seconds).is_integer() else f"{seconds:.9f}".rstrip("0") + "s"
-
-
-@functools.lru_cache(maxsize=4096)
-def format_time_us(us: int) -> str:
-    # Cached: every message of one publish commit has the same publish time.
-    stamp = datetime.fromtimestamp(us // US_PER_S, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    return f"{stamp}.{us % US_PER_S:06d}Z"
 
 
 def parse_time_us(text: str, field: str) -> int:

@@ -8,14 +8,12 @@ from typing import Any
 
 from pybase64 import b64decode, b64encode_as_string
 
-from api.convert.fields import decode_data, format_time_us
+from api.convert.fields import decode_data
 from api.errors import invalid_request
 from lakepubsub import errors
-from lakepubsub.messages import ReceivedMessage, TruncationEvent
+from lakepubsub.messages import ReceivedMessage, TruncationEvent, format_time_us
 from lakepubsub.publish import batches
 from lakepubsub.publish.batches import Batch
-
-EVENT_ATTRIBUTE = "lakepubsub.event"
 
 # The fields of a publish request and of its messages (JSON and protobuf names;
 # messageId and publishTime are output only and ignored, as Pub/Sub does).
@@ -106,17 +104,6 @@ def event_body(event: TruncationEvent) -> dict[str, Any]:
     }
 
 
-def event_attributes(event: TruncationEvent) -> dict[str, str]:
-    """How a truncation event looks to a client that knows only Pub/Sub: a message
-    without data whose attributes say what happened (both doors deliver it so)."""
-    return {
-        EVENT_ATTRIBUTE: "truncated",
-        "lakepubsub.first_offset": str(event.first_offset),
-        "lakepubsub.end_offset": str(event.end_offset),
-        "lakepubsub.reason": event.reason,
-    }
-
-
 def event_message_id(ack_id: str) -> str:
     return f"event-{ack_id}"
 
@@ -128,7 +115,7 @@ def _event_item(ack_id: str, attempt: int, event: TruncationEvent) -> dict[str, 
         "message": {
             "messageId": event_message_id(ack_id),
             "publishTime": format_time_us(event.time_us),
-            "attributes": event_attributes(event),
+            "attributes": event.attributes(),
         },
         **({"deliveryAttempt": attempt} if attempt else {}),
         "event": event_body(event),

@@ -10,13 +10,13 @@ from api.convert.fields import (
     ENCODINGS,
     enum_name,
     format_duration,
-    format_time_us,
     parse_duration_s,
     refuse_unbuilt,
     snake,
     update_mask,
 )
 from lakepubsub import errors
+from lakepubsub.messages import format_time_us
 from lakepubsub.resources.names import SubscriptionName, TopicName
 from lakepubsub.resources.snapshots import Snapshot
 from lakepubsub.resources.subscriptions import (

@@ -42,7 +42,7 @@ def add_received(repeated: Any, received: list[ReceivedMessage], *, attempts: bo
             assert r.event is not None
             message.message_id = convert.event_message_id(r.ack_id)
             us = r.event.time_us
-            message.attributes.update(convert.event_attributes(r.event))
+            message.attributes.update(r.event.attributes())
         else:
             message.data = msg.data
             message.message_id = msg.message_id

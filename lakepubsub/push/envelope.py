@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 from pybase64 import b64encode_as_string  # SIMD base64 (see api/convert/)
 
 import lakepubsub
-from lakepubsub.messages import ReceivedMessage, TruncationEvent
+from lakepubsub.messages import ReceivedMessage, TruncationEvent, format_time_us
 from lakepubsub.resources.subscriptions import Subscription
 
 USER_AGENT = f"lakepubsub-push/{lakepubsub.__version__}"
 # Attributes of a truncation event, as pull responses show them to clients
 # that do not know the ``event`` field.
-EVENT_ATTRIBUTE = "lakepubsub.event"
 # Header names an attribute may not set (noWrapper): they are the request's own.
 RESERVED_HEADERS = frozenset(
     {
@@ -47,24 +45,9 @@ class PushRequest:
     message_id: str
 
 
-def format_time_us(us: int) -> str:
-    """RFC 3339 UTC with microseconds, as publish times appear in pull responses."""
-    stamp = datetime.fromtimestamp(us // 1_000_000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    return f"{stamp}.{us % 1_000_000:06d}Z"
-
-
 def event_message_id(event: TruncationEvent) -> str:
     """A stable id for a truncation event (the same on every redelivery)."""
     return f"event-{event.first_offset}-{event.end_offset}-{event.time_us}"
-
-
-def event_attributes(event: TruncationEvent) -> dict[str, str]:
-    return {
-        EVENT_ATTRIBUTE: "truncated",
-        "lakepubsub.first_offset": str(event.first_offset),
-        "lakepubsub.end_offset": str(event.end_offset),
-        "lakepubsub.reason": event.reason,
-    }
 
 
 def build(sub: Subscription, received: ReceivedMessage) -> PushRequest:
@@ -81,7 +64,7 @@ def _wrapped(sub: Subscription, received: ReceivedMessage) -> PushRequest:
         message_id = event_message_id(event)
         published = format_time_us(event.time_us)
         message: dict[str, Any] = {
-            "attributes": event_attributes(event),
+            "attributes": event.attributes(),
             "messageId": message_id,
             "message_id": message_id,
             "publishTime": published,
@@ -131,7 +114,7 @@ def _unwrapped(sub: Subscription, received: ReceivedMessage) -> PushRequest:
         body = b""
         message_id = event_message_id(event)
         published = format_time_us(event.time_us)
-        attributes = event_attributes(event)
+        attributes = event.attributes()
         ordering_key = ""
         _add_attributes(headers, attributes)
     else:
