@@ -359,35 +359,27 @@ def grpc_table(
     ours, peer = _index(results, lps.SYSTEM), _index(results, peer_nats.SYSTEM)
     failed = {(f.system, f.case) for f in failures}
     rest = _rest_counterparts(workload, grpc)
-    lines = [
-        "| case | metric | unit | lakepubsub gRPC | NATS JetStream | ratio "
-        "| lakepubsub REST, same run | REST case |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |",
-    ]
+    # Drain times of different backlogs do not compare.
+    same_drain = any(c.backlog_messages == grpc.drain_messages for c in workload.drain)
+    rows: list[tuple[str, ...]] = []
     for case in grpc.cases:
+        ours_failed, peer_failed = (lps.SYSTEM, case) in failed, (peer_nats.SYSTEM, case) in failed
         metrics = [m for m in _GRPC_FIGURES for k in (*ours, *peer) if k[:2] == (case, m)]
         if not metrics:
-            lines.append(
-                f"| {case} | {NONE} | | {_grpccell(None, (lps.SYSTEM, case) in failed)} "
-                f"| {_grpccell(None, (peer_nats.SYSTEM, case) in failed)} | | | |"
-            )
-            continue
+            nothing = (_grpccell(None, ours_failed), _grpccell(None, peer_failed))
+            rows.append((case, NONE, "", *nothing, "", "", ""))
         for metric in dict.fromkeys(metrics):
             unit = next(k[2] for k in (*ours, *peer) if k[:2] == (case, metric))
             mine, theirs = ours.get((case, metric, unit)), peer.get((case, metric, unit))
-            twin = rest.get(case, "")
-            if metric == w.DRAIN_TIME and not any(
-                c.backlog_messages == grpc.drain_messages for c in workload.drain
-            ):
-                twin = ""  # drain times of different backlogs do not compare
+            twin = rest.get(case, "") if metric != w.DRAIN_TIME or same_drain else ""
             beside = ours.get((twin, metric, unit)) if twin else None
-            lines.append(
-                f"| {case} | {metric} | {unit} "
-                f"| {_grpccell(mine, (lps.SYSTEM, case) in failed)} "
-                f"| {_grpccell(theirs, (peer_nats.SYSTEM, case) in failed)} "
-                f"| {ratio(mine, theirs)} | {cell(beside)} | {twin if beside else ''} |"
-            )
-    return "\n".join(lines)
+            rows.append((
+                case, metric, unit, _grpccell(mine, ours_failed), _grpccell(theirs, peer_failed),
+                ratio(mine, theirs), cell(beside), twin if beside else "",
+            ))  # fmt: skip
+    header = ["case", "metric", "unit", "lakepubsub gRPC", "NATS JetStream", "ratio"]
+    header += ["lakepubsub REST, same run", "REST case"]
+    return "\n".join(report_.table(header, rows, right=3, left=(7,)))
 
 
 def _grpccell(result: w.Result | None, failed: bool) -> str:

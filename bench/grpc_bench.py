@@ -14,11 +14,9 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +28,7 @@ from bench import workload as w
 from bench.harness.lakepubsub_server import BenchError, servers
 from bench.harness.meter import ProcessMeter, ProcessUsage
 from bench.harness.nats_server import NatsServer
-from bench.report import executable_version, version
+from bench.report import executable_version, table, version
 
 SYSTEMS = (peer_nats.SYSTEM, lps.SYSTEM)
 # The push consumers the load generator creates on the NATS side.
@@ -411,7 +409,6 @@ def run_all(
                         if progress:
                             progress(f"{system}: {name} FAILED: {describe(exc)[:300]}")
                         outcome.failures.append(Failure(system, name, describe(exc)))
-                        _debug(exc)
             outcome.results = w.merge_runs(raw)
             outcome.latency_samples = {s: list(v) for s, v in samples.items() if v}
             if checkpoint:
@@ -419,17 +416,9 @@ def run_all(
     return outcome
 
 
-def _debug(exc: BaseException) -> None:
-    if os.environ.get("BENCH_DEBUG"):
-        traceback.print_exception(exc, file=sys.stderr)
-
-
 # --- tables --------------------------------------------------------------------------
 
 
 def failures_table(failures: Sequence[Failure]) -> str:
-    lines = ["| system | case | error |", "| --- | --- | --- |"]
-    for f in failures:
-        error = " ".join(f.error.split()).replace("|", "\\|")
-        lines.append(f"| {f.system} | {f.case} | {error} |")
-    return "\n".join(lines)
+    rows = [(f.system, f.case, " ".join(f.error.split()).replace("|", "\\|")) for f in failures]
+    return "\n".join(table(["system", "case", "error"], rows, right=3))

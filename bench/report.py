@@ -128,10 +128,13 @@ def table(
     *,
     right: int = 1,
     centred: Sequence[int] = (),
+    left: Sequence[int] = (),
 ) -> list[str]:
-    """A markdown table; columns from ``right`` on are right-aligned, but ``centred`` ones."""
+    """A markdown table; columns from ``right`` on are right-aligned, but ``centred`` and
+    ``left`` ones."""
     align = [
-        ":---:" if i in centred else "---" if i < right else "---:" for i in range(len(header))
+        ":---:" if i in centred else "---" if i < right or i in left else "---:"
+        for i in range(len(header))
     ]
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
     return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
