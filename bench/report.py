@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import psutil
 
@@ -106,20 +107,31 @@ def ratio(ours: Result | None, peer: Result | None) -> str:
     return f"{ours.median / peer.median:.3g}\u00d7"
 
 
-def target(
-    result: Result, bound: float | None, *, at_least: bool, divisor: float = 1.0
-) -> list[str]:
-    """A target row's cells: the figure (``cell``), the target (``≥ bound`` or ``≤ bound``)
-    and whether the median meets it; no target without a ``bound``."""
-    if bound is None:
-        return [cell(result, divisor), "", ""]
-    value = result.median / divisor
-    met = value >= bound if at_least else value <= bound
-    return [
-        cell(result, divisor),
-        f"{'≥' if at_least else '≤'} {bound:,g}",
-        "yes" if met else "**no**",
-    ]
+class Target(NamedTuple):
+    """A row of a targets table: one figure (case, metric), its bound (``None``: the figure
+    is shown without one), the passing side, and the divisor it is compared after (commits
+    per 1M messages -> per message)."""
+
+    label: str
+    case: str
+    metric: str
+    unit: str = ""
+    bound: float | None = None
+    at_least: bool = True
+    divisor: float = 1.0
+
+    def cells(self, result: Result) -> list[str]:
+        """The figure (``cell``), the target (``≥ bound`` or ``≤ bound``) and whether the
+        median meets it."""
+        if self.bound is None:
+            return [cell(result, self.divisor), "", ""]
+        value = result.median / self.divisor
+        met = value >= self.bound if self.at_least else value <= self.bound
+        return [
+            cell(result, self.divisor),
+            f"{'≥' if self.at_least else '≤'} {self.bound:,g}",
+            "yes" if met else "**no**",
+        ]
 
 
 def table(
