@@ -14,10 +14,10 @@ import dataclasses
 import io
 import os
 import platform
-import resource
 import subprocess
 import sys
 import time
+import timeit
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -204,12 +204,8 @@ def grpc_pair(binary: Path, publishers: int, n: int) -> list[w.Result]:
 
 
 def _best_s(step: Callable[[], object]) -> float:
-    best = float("inf")
-    for _ in range(REPEATS):
-        started = time.perf_counter()
-        step()
-        best = min(best, time.perf_counter() - started)
-    return best
+    # timeit turns the garbage collector off unless its setup turns it back on.
+    return min(timeit.repeat(step, "gc.enable()", number=1, repeat=REPEATS))
 
 
 def protobuf_us_per_message() -> float:
@@ -269,20 +265,15 @@ def commit_figures(n: int) -> tuple[float, float]:
             for _ in range(n // 10):  # warm up: the table handle, the file index
                 engine.publish(topic, message)
             took: list[float] = []
-            cpu_before = _process_cpu_s()
+            cpu_before = time.process_time()
             for _ in range(n):
                 started = time.perf_counter()
                 engine.publish(topic, message)
                 took.append(time.perf_counter() - started)
-            cpu_s = _process_cpu_s() - cpu_before
+            cpu_s = time.process_time() - cpu_before
     finally:
         scratch.release(directory)
     return w.percentile(took, 0.50) * 1e6, cpu_s / n * 1e6
-
-
-def _process_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 # --- running and the report -----------------------------------------------------------
