@@ -72,9 +72,6 @@ _TARGET_PULL_CONSUMERS = 4
 Key = tuple[str, str, str]
 
 
-# --- workloads ----------------------------------------------------------------
-
-
 def ci_workload() -> w.Workload:
     """The quick workload with every publish client capped at ``QUICK_ROUND_TRIPS`` requests."""
     quick = w.quick()
@@ -104,9 +101,6 @@ def scaled(workload: w.Workload, fraction: float) -> w.Workload:
         pull=tuple(replace(c, backlog_messages=count(c.backlog_messages)) for c in workload.pull),
         drain=tuple(replace(c, backlog_messages=count(c.backlog_messages)) for c in workload.drain),
     )
-
-
-# --- running ------------------------------------------------------------------
 
 
 def run(
@@ -195,9 +189,6 @@ def _run_grpc(
         done.elapsed_s[GRPC_PHASE] = time.monotonic() - started
         return
     merge(outcome)
-
-
-# --- tables -------------------------------------------------------------------
 
 
 def _index(results: Iterable[w.Result], system: str) -> dict[Key, w.Result]:
@@ -373,9 +364,6 @@ def _grpccell(result: w.Result | None, failed: bool) -> str:
     return f"{cell(result)} ({_FAILED} in some runs)" if failed else cell(result)
 
 
-# --- the machine --------------------------------------------------------------
-
-
 def machine_lines(done: Run) -> list[str]:
     nats = executable_version(find_nats_server(), "--version")
     software = (
@@ -391,9 +379,6 @@ def machine_lines(done: Run) -> list[str]:
         software=software,
     )
     return found + ([grpc_bench.software_line()] if done.grpc_workload else [])
-
-
-# --- the report ---------------------------------------------------------------
 
 
 def _count(n: int, noun: str) -> str:

@@ -59,9 +59,6 @@ REPEATS = 30
 SERVER_START_S = 30.0
 
 
-# --- the empty servers ---------------------------------------------------------------
-
-
 def _ids(counter: list[int], n: int) -> list[str]:
     first = counter[0]
     counter[0] += n
@@ -131,9 +128,6 @@ EMPTY_REST = (
 )
 
 
-# --- the side-by-side floors ----------------------------------------------------------
-
-
 def _figures(system: str, case: str, elapsed_s: float, latencies_ms: Sequence[float], n: int,
              server_cpu_s: float, client_cpu_s: float) -> list[w.Result]:  # fmt: skip
     if len(latencies_ms) != n:
@@ -198,9 +192,6 @@ def grpc_pair(binary: Path, publishers: int, n: int) -> list[w.Result]:
             system, case, ran.elapsed_s, ran.latencies_ms, n, usage.cpu_s, ran.cpu_s
         )
     return results
-
-
-# --- the in-process floors ------------------------------------------------------------
 
 
 def _best_s(step: Callable[[], object]) -> float:
@@ -274,9 +265,6 @@ def commit_figures(n: int) -> tuple[float, float]:
     finally:
         scratch.release(directory)
     return w.percentile(took, 0.50) * 1e6, cpu_s / n * 1e6
-
-
-# --- running and the report -----------------------------------------------------------
 
 
 @dataclass(frozen=True)

@@ -53,9 +53,6 @@ ERROR_CHARS = 1500
 OUTPUT_TAIL_CHARS = 3000
 
 
-# --- the workload ----------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class GrpcWorkload:
     drain_messages: int
@@ -151,9 +148,6 @@ def software_line() -> str:
     )
 
 
-# --- outcomes ----------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Failure:
     """One failed run of one case on one system, with its error."""
@@ -175,9 +169,6 @@ def describe(exc: BaseException) -> str:
     """An error as the report shows it: type and message, shortened."""
     text = f"{type(exc).__name__}: {exc}".strip()
     return text if len(text) <= ERROR_CHARS else f"{text[:ERROR_CHARS]} …"
-
-
-# --- the load generator --------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -269,8 +260,7 @@ def run_loadgen(
     return LoadgenReport(report), meter.usage
 
 
-# --- the cases, on either system ----------------------------------------------------
-
+# The cases run on either system's side.
 _Side = lps.Side | peer_nats.Side
 
 
@@ -353,9 +343,6 @@ def _check_received(report: LoadgenReport, n: int) -> None:
         )
 
 
-# --- running everything ------------------------------------------------------------
-
-
 def run_all(
     workload: GrpcWorkload,
     *,
@@ -414,9 +401,6 @@ def run_all(
             if checkpoint:
                 checkpoint(outcome)
     return outcome
-
-
-# --- tables --------------------------------------------------------------------------
 
 
 def failures_table(failures: Sequence[Failure]) -> str:

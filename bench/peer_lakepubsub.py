@@ -58,9 +58,6 @@ _JSON = {"content-type": "application/json"}
 _SENT_KEY = SENT_NS_ATTRIBUTE.encode()
 
 
-# --- client processes ---------------------------------------------------------
-
-
 @contextlib.contextmanager
 def _client(url: str, *, connections: int = 1) -> Iterator[httpx.Client]:
     """A keep-alive client, connected before the clock starts."""
@@ -276,9 +273,6 @@ def consume(
     return _run_clients([job] * consumers, server_pid=server.pid)
 
 
-# --- one system's side of a run ------------------------------------------------
-
-
 class Side:
     """lakepubsub on a running server: a fresh topic (and subscription) per run, what the
     lake holds afterwards, and the figures a run adds (CPU, memory, Delta commits, S3
@@ -394,9 +388,6 @@ def run_all(
             progress=progress,
             latency_samples=latency_samples,
         )
-
-
-# --- figures ------------------------------------------------------------------
 
 
 def s3_metric(kind: str) -> str:

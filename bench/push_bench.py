@@ -79,9 +79,6 @@ def Server(env: Mapping[str, str] | None = None) -> LakePubSubServer:  # noqa: N
     return LakePubSubServer(serve=True, env=dict(env or {}))
 
 
-# --- the push endpoint --------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Arrival:
     at_ns: int  # time.monotonic_ns() when the request was read
@@ -189,9 +186,6 @@ class Endpoint:
         return status
 
 
-# --- helpers ----------------------------------------------------------------
-
-
 def _topic_and_subscription(server: LakePubSubServer, push_endpoint: str | None) -> tuple[str, str]:
     """A fresh topic and subscription (push to ``push_endpoint`` unless None)."""
     push = {} if push_endpoint is None else {"pushConfig": {"pushEndpoint": push_endpoint}}
@@ -225,9 +219,6 @@ def _metrics(*rows: tuple[str, object]) -> list[str]:
 
 def _ms(values_ns: Sequence[int], fraction: float) -> str:
     return f"{w.percentile(values_ns, fraction) / w.NS_PER_MS:.1f}"
-
-
-# --- the scenarios ------------------------------------------------------------
 
 
 def run_throughput(
@@ -424,9 +415,6 @@ def run_auth(sizes: Sizes) -> list[str]:
         "",
         f"Without a key the keyed server answered HTTP {unauthenticated.status_code}.",
     ]
-
-
-# --- the report ---------------------------------------------------------------
 
 
 def main(argv: Sequence[str] | None = None) -> None:

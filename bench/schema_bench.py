@@ -88,9 +88,6 @@ def wide_record(i: int) -> bytes:
     )  # fmt: skip
 
 
-# -- 1. publish ----------------------------------------------------------------------------------
-
-
 def publish_cost(requests: int) -> dict[str, Any]:
     """Server CPU microseconds per message and messages per second, per topic kind, and
     the machine's load average before and after."""
@@ -139,9 +136,6 @@ def _drive(url: str, path: str, body: bytes, requests: int) -> None:
 
     with ThreadPoolExecutor(CLIENTS) as pool:
         list(pool.map(client, [len(range(c, requests, CLIENTS)) for c in range(CLIENTS)]))
-
-
-# -- 2. typed view -------------------------------------------------------------------------------
 
 
 def build_lake(root: Path, records: int) -> None:
@@ -235,9 +229,6 @@ def _udf_decoder(definitions: dict[str, str], target: str) -> Any:
         )  # fmt: skip
 
     return sf.arrow_udf(decode, "struct<region string, amount double, count int>")  # type: ignore[attr-defined]
-
-
-# -- report --------------------------------------------------------------------------------------
 
 
 def report(publish: dict[str, Any], typed: dict[str, Any], args: argparse.Namespace) -> str:

@@ -102,9 +102,6 @@ CASES = (
 )
 
 
-# --- one run of one case ------------------------------------------------------
-
-
 def _publish_backlog(server: LakePubSubServer, topic: str, messages: int) -> None:
     """Publish ``messages`` with their bucket attribute, untimed, from this process."""
 
@@ -225,9 +222,6 @@ def run_all(sizes: Sizes, *, progress: Callable[[str], None]) -> list[w.Result]:
                     round_results += run_case(server, case, case.backlog(sizes.backlog))
             found += [*round_results, *ratios(round_results)]
     return w.merge_runs(found)
-
-
-# --- the report ---------------------------------------------------------------
 
 
 def cases_table(results: Sequence[w.Result]) -> str:
