@@ -45,7 +45,6 @@ ROUNDS = 5
 _JSON = {"content-type": "application/json"}
 
 
-# Ten fields, encoded to about 1 KiB.
 def _record(name: str, fields: str) -> dict[str, Any]:
     """An Avro record from ``"name:type name:type …"``."""
     pairs = [f.split(":") for f in fields.split()]
