@@ -174,14 +174,11 @@ def _run_grpc(
         done.failures = failures + outcome.failures
         done.grpc_latency_samples = outcome.latency_samples
         done.elapsed_s[GRPC_PHASE] = time.monotonic() - started
-
-    def checkpoint(outcome: grpc_bench.Outcome) -> None:
-        merge(outcome)
         save()
 
     try:
         outcome = grpc_bench.run_all(
-            workload, fresh_server=done.fresh_server, progress=progress, checkpoint=checkpoint
+            workload, fresh_server=done.fresh_server, progress=progress, checkpoint=merge
         )
     except Exception as exc:  # a bug in the harness: keep what was measured before it
         error = grpc_bench.describe(exc)
