@@ -228,18 +228,14 @@ def write(out: Path, name: str, lines: Sequence[str] | str, *, echo: bool = True
     return path
 
 
-def progress(started: float | None = None) -> Progress:
-    return Progress(time.monotonic() if started is None else started)
+def progress(started: float | None = None) -> Callable[[str], None]:
+    """Prints a line to stderr with the seconds since the run started (default: now)."""
+    began = time.monotonic() if started is None else started
 
+    def say(line: str) -> None:
+        print(f"[{time.monotonic() - began:7.1f} s] {line}", file=sys.stderr, flush=True)
 
-class Progress:
-    """Prints a line to stderr with the seconds since the run started."""
-
-    def __init__(self, started: float) -> None:
-        self.started = started
-
-    def __call__(self, line: str) -> None:
-        print(f"[{time.monotonic() - self.started:7.1f} s] {line}", file=sys.stderr, flush=True)
+    return say
 
 
 def _run(*argv: str) -> str:
