@@ -51,8 +51,8 @@ def _quantiles(values: list[float]) -> dict[str, float]:
 def publish(host: str, topics: list[str], rate: float, seconds: float, single: bool) -> None:
     os.environ["PUBSUB_EMULATOR_HOST"] = host
 
-    settings = pubsub_v1.types.BatchSettings(max_messages=1) if single else ()
-    publisher = pubsub_v1.PublisherClient(*([settings] if single else []))
+    unbatched = [pubsub_v1.types.BatchSettings(max_messages=1)] if single else []
+    publisher = pubsub_v1.PublisherClient(*unbatched)
     latencies: list[float] = []
     failures: list[str] = []
     lock = threading.Lock()
@@ -88,19 +88,15 @@ def publish(host: str, topics: list[str], rate: float, seconds: float, single: b
     time.sleep(0.2)  # the last callbacks
     behind_s = (time.monotonic_ns() - start) / 1e9 - seconds
     with lock:
-        print(
-            orjson.dumps(
-                {
-                    "sent": total,
-                    "acked": len(latencies),
-                    "failures": len(failures),
-                    "failure_kinds": sorted(set(failures)),
-                    "ack_ms": _quantiles(latencies),
-                    "finished_behind_s": behind_s,
-                }
-            ).decode(),
-            flush=True,
-        )
+        summary = {
+            "sent": total,
+            "acked": len(latencies),
+            "failures": len(failures),
+            "failure_kinds": sorted(set(failures)),
+            "ack_ms": _quantiles(latencies),
+            "finished_behind_s": behind_s,
+        }
+    print(orjson.dumps(summary).decode(), flush=True)
 
 
 def subscribe(host: str, subscriptions: list[str], expect: int, seconds: float) -> None:
@@ -143,16 +139,8 @@ def subscribe(host: str, subscriptions: list[str], expect: int, seconds: float) 
     for future in futures:
         future.cancel()
     with lock:
-        print(
-            orjson.dumps(
-                {
-                    "distinct": len(seen),
-                    "duplicates": duplicates,
-                    "e2e_ms": _quantiles(latencies),
-                }
-            ).decode(),
-            flush=True,
-        )
+        summary = {"distinct": len(seen), "duplicates": duplicates, "e2e_ms": _quantiles(latencies)}
+    print(orjson.dumps(summary).decode(), flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
