@@ -53,11 +53,11 @@ class Latency:
     def line(self) -> str:
         if not self.samples_ms:
             return f"no samples ({self.errors} errors)"
-        ordered = sorted(self.samples_ms)
-        p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+        samples = self.samples_ms
         return (
-            f"p50 {statistics.median(ordered):.1f} ms, p99 {p99:.1f} ms, "
-            f"max {ordered[-1]:.1f} ms, n={len(ordered)}, errors={self.errors}"
+            f"p50 {statistics.median(samples):.1f} ms, "
+            f"p99 {report_.quantile(samples, 0.99):.1f} ms, "
+            f"max {max(samples):.1f} ms, n={len(samples)}, errors={self.errors}"
         )
 
 

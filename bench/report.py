@@ -90,6 +90,14 @@ def fmt(value: float) -> str:
     return f"{value:.3g}"
 
 
+def quantile(values: Sequence[float], q: float) -> float:
+    """The value ``q`` of the way up the sorted values (index ``int(q * n)``); NaN if none."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
 def cell(result: Result | None, divisor: float = 1.0) -> str:
     """A figure's median, with [min-max] when it has several runs."""
     if result is None:
