@@ -31,6 +31,8 @@ from functools import partial
 import orjson
 from google.cloud import pubsub_v1
 
+from bench.report import quantile
+
 SENT = "sent-ns"
 PAYLOAD = b"x" * 1024
 NS_PER_MS = 1_000_000
@@ -39,13 +41,8 @@ STALL_S = 30.0
 
 
 def _quantiles(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {"p50": float("nan"), "p99": float("nan")}
-    ordered = sorted(values)
-    return {
-        "p50": statistics.median(ordered),
-        "p99": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))],
-    }
+    p50 = statistics.median(values) if values else float("nan")
+    return {"p50": p50, "p99": quantile(values, 0.99)}
 
 
 def publish(host: str, topics: list[str], rate: float, seconds: float, single: bool) -> None:
