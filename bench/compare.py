@@ -24,7 +24,6 @@ from bench.charts import LABELS, latency_chart, throughput_chart
 from bench.harness.lakepubsub_server import S3_KINDS
 from bench.harness.nats_server import find_nats_server
 from bench.report import (
-    EN_DASH,
     NONE,
     RESULTS,
     Target,
@@ -283,18 +282,13 @@ def storage_table(results: Sequence[w.Result], system: str) -> str:
             }
             cells += [cell(by_kind.get(kind)) for kind in S3_KINDS]
             cost = _cost_per_million(by_kind)
-            cells.append(cell(cost) if cost is None else _money(cost))
+            cells.append(cell(cost, show=_usd))
         rows.append((case, *cells))
     return "\n".join(report_.table(["case (per 1M messages)", *columns], rows))
 
 
-def _money(result: w.Result) -> str:
-    def usd(value: float) -> str:
-        return f"${value:,.2f}" if value >= 1 else f"${value:.3g}"
-
-    if len(result.values) == 1:
-        return usd(result.median)
-    return f"{usd(result.median)} [{usd(result.min)}{EN_DASH}{usd(result.max)}]"
+def _usd(value: float) -> str:
+    return f"${value:,.2f}" if value >= 1 else f"${value:.3g}"
 
 
 # The REST case each gRPC figure is shown beside: the closest one of the REST workload.
@@ -555,9 +549,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         workload = dataclasses.replace(workload, runs=args.runs)
         grpc_workload = dataclasses.replace(grpc_workload, runs=args.runs)
     rest = args.only != "grpc"
-    s3_workload = scaled(workload, S3_FRACTION) if args.s3 and not args.quick else None
-    if args.s3 and args.quick:
-        s3_workload = workload
+    s3_workload = (workload if args.quick else scaled(workload, S3_FRACTION)) if args.s3 else None
     progress = report_.progress()
 
     # A gRPC-only run has report-grpc.md of its own: it never replaces the full report.

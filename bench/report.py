@@ -98,14 +98,14 @@ def quantile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def cell(result: Result | None, divisor: float = 1.0) -> str:
-    """A figure's median, with [min-max] when it has several runs."""
+def cell(result: Result | None, divisor: float = 1.0, show: Callable[[float], str] = fmt) -> str:
+    """A figure's median, with [min-max] when it has several runs, each as ``show`` puts it."""
     if result is None:
         return NONE
-    median = fmt(result.median / divisor)
+    median = show(result.median / divisor)
     if len(result.values) == 1:
         return median
-    return f"{median} [{fmt(result.min / divisor)}{EN_DASH}{fmt(result.max / divisor)}]"
+    return f"{median} [{show(result.min / divisor)}{EN_DASH}{show(result.max / divisor)}]"
 
 
 def ratio(ours: Result | None, peer: Result | None) -> str:
