@@ -137,11 +137,8 @@ def software_line() -> str:
         "github.com/nats-io/nats.go",
         "google.golang.org/grpc",
     )
-    modules = []
-    for line in (gobuild.LOADGEN / "go.mod").read_text().splitlines():
-        parts = line.split()
-        if len(parts) > 1 and parts[0] in wanted:
-            modules.append(f"{parts[0]} {parts[1]}")
+    requires = [line.split() for line in (gobuild.LOADGEN / "go.mod").read_text().splitlines()]
+    modules = [f"{p[0]} {p[1]}" for p in requires if len(p) > 1 and p[0] in wanted]
     return (
         f"- **gRPC cases:** {go}; `bench/loadgen` with {', '.join(modules)}; "
         f"the server's grpcio {version('grpcio')}"
