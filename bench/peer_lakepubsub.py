@@ -223,10 +223,6 @@ def _latency_consumer(
         )
 
 
-def _run_clients(jobs: Sequence[Any], *, server_pid: int) -> tuple[list[Report], ProcessUsage]:
-    return run_clients(jobs, server_pid=server_pid, preload=__name__)
-
-
 def publish(
     url: str,
     server_pid: int,
@@ -242,7 +238,7 @@ def publish(
         partial(publisher, url, topic, batch_size, a, b, prebuild)
         for a, b in itertools.pairwise(firsts)
     ]
-    return _run_clients(jobs, server_pid=server_pid)
+    return run_clients(jobs, server_pid=server_pid, preload=__name__)
 
 
 def publish_backlog(server: LakePubSubServer, topic: str, messages: int) -> None:
@@ -270,7 +266,7 @@ def consume(
     job = partial(
         consumer, server.url, subscription, max_messages_per_pull, total, required_attribute
     )
-    return _run_clients([job] * consumers, server_pid=server.pid)
+    return run_clients([job] * consumers, server_pid=server.pid, preload=__name__)
 
 
 class Side:
@@ -361,7 +357,7 @@ class Side:
         pulls = case.max_messages_per_pull
         receiver = partial(_latency_consumer, url, self.subscription, pulls, total)
         sender = partial(latency_publisher, url, self.topic, case.offered_rate_per_s, total)
-        found = _run_clients([receiver, sender], server_pid=self.server.pid)
+        found = run_clients([receiver, sender], server_pid=self.server.pid, preload=__name__)
         self.ran()
         return found
 

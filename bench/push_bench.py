@@ -354,17 +354,12 @@ def _all_nacked(arrivals: Sequence[Arrival]) -> list[str]:
     if reached is None:
         summary.append((f"first interval ≥ {low:.0f} s", "not reached"))
     else:
-        summary.append(
-            (
-                f"first interval ≥ {low:.0f} s",
-                f"ends delivery {reached + 2}, {at_s[reached + 1]:.0f} s in",
-            )
-        )
+        ends = f"ends delivery {reached + 2}, {at_s[reached + 1]:.0f} s in"
+        summary.append((f"first interval ≥ {low:.0f} s", ends))
         if steady := gaps[reached + 1 :]:
             spread = f"{min(steady):.1f}-{max(steady):.1f} s, n={len(steady)}"
-            summary.append(
-                ("**intervals after it**", f"**mean {statistics.mean(steady):.1f} s**, {spread}")
-            )
+            mean = f"**mean {statistics.mean(steady):.1f} s**"
+            summary.append(("**intervals after it**", f"{mean}, {spread}"))
     return [
         *_metrics(*summary),
         "",
