@@ -154,15 +154,9 @@ class Endpoint:
                 head = await reader.readuntil(b"\r\n\r\n")
                 at_ns = time.monotonic_ns()
                 request_line, *header_lines = head.decode("latin-1").split("\r\n")
-                length = next(
-                    (
-                        int(value)
-                        for name, _, value in (h.partition(":") for h in header_lines)
-                        if name.strip().lower() == "content-length"
-                    ),
-                    0,
-                )
-                body = await reader.readexactly(length)
+                fields = (h.partition(":") for h in header_lines)
+                headers = {name.strip().lower(): value for name, _, value in fields}
+                body = await reader.readexactly(int(headers.get("content-length", 0)))
                 status = self._record(request_line.split(" ")[1], at_ns, body)
                 phrase = HTTPStatus(status).phrase
                 length_header = b"" if status == ACK else b"content-length: 0\r\n"
