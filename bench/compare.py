@@ -13,7 +13,6 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -25,9 +24,9 @@ from bench.charts import LABELS, latency_chart, throughput_chart
 from bench.harness.lakepubsub_server import S3_KINDS
 from bench.harness.nats_server import find_nats_server
 from bench.report import (
-    EN_DASH,
     NONE,
     RESULTS,
+    Target,
     cell,
     executable_version,
     load,
@@ -72,9 +71,6 @@ _TARGET_PULL_CONSUMERS = 4
 Key = tuple[str, str, str]
 
 
-# --- workloads ----------------------------------------------------------------
-
-
 def ci_workload() -> w.Workload:
     """The quick workload with every publish client capped at ``QUICK_ROUND_TRIPS`` requests."""
     quick = w.quick()
@@ -104,9 +100,6 @@ def scaled(workload: w.Workload, fraction: float) -> w.Workload:
         pull=tuple(replace(c, backlog_messages=count(c.backlog_messages)) for c in workload.pull),
         drain=tuple(replace(c, backlog_messages=count(c.backlog_messages)) for c in workload.drain),
     )
-
-
-# --- running ------------------------------------------------------------------
 
 
 def run(
@@ -180,14 +173,11 @@ def _run_grpc(
         done.failures = failures + outcome.failures
         done.grpc_latency_samples = outcome.latency_samples
         done.elapsed_s[GRPC_PHASE] = time.monotonic() - started
-
-    def checkpoint(outcome: grpc_bench.Outcome) -> None:
-        merge(outcome)
         save()
 
     try:
         outcome = grpc_bench.run_all(
-            workload, fresh_server=done.fresh_server, progress=progress, checkpoint=checkpoint
+            workload, fresh_server=done.fresh_server, progress=progress, checkpoint=merge
         )
     except Exception as exc:  # a bug in the harness: keep what was measured before it
         error = grpc_bench.describe(exc)
@@ -195,9 +185,6 @@ def _run_grpc(
         done.elapsed_s[GRPC_PHASE] = time.monotonic() - started
         return
     merge(outcome)
-
-
-# --- tables -------------------------------------------------------------------
 
 
 def _index(results: Iterable[w.Result], system: str) -> dict[Key, w.Result]:
@@ -213,20 +200,6 @@ def side_by_side_table(results: Sequence[w.Result]) -> str:
     return "\n".join(found)
 
 
-@dataclass(frozen=True)
-class Target:
-    """A target (bench/README.md): one figure of one case, its bound, and the passing side."""
-
-    label: str
-    case: str
-    metric: str
-    unit: str
-    bound: float
-    at_least: bool
-    # The figure is compared divided by this (commits per 1M messages -> per message).
-    divisor: float = 1.0
-
-
 def targets(workload: w.Workload) -> list[Target]:
     """The targets (bench/README.md) for the REST API, as figures of this workload's cases."""
     publish = {(c.batch_size, c.clients): c.name for c in workload.publish}
@@ -234,7 +207,7 @@ def targets(workload: w.Workload) -> list[Target]:
     found = [
         Target(
             f"publish, 8 clients, batches of {batch:,}",
-            publish[batch, 8], w.THROUGHPUT, w.MSGS_PER_S, 50_000, at_least=True,
+            publish[batch, 8], w.THROUGHPUT, w.MSGS_PER_S, 50_000,
         )
         for batch in (100, 1000)
     ]  # fmt: skip
@@ -247,9 +220,7 @@ def targets(workload: w.Workload) -> list[Target]:
         for clients in (1, 8)
         for metric, bound in ((w.BATCH_LATENCY_P50, 25), (w.BATCH_LATENCY_P99, 100))
     ]  # fmt: skip
-    found.append(
-        Target("pull + ack, 4 consumers", pull, w.THROUGHPUT, w.MSGS_PER_S, 20_000, at_least=True)
-    )
+    found.append(Target("pull + ack, 4 consumers", pull, w.THROUGHPUT, w.MSGS_PER_S, 20_000))
     found += [
         Target(
             f"Delta commits per delivered message, {case}",
@@ -267,8 +238,9 @@ def targets_table(results: Sequence[w.Result], workload: w.Workload) -> str:
     rows = []
     for t in targets(workload):
         if (result := ours.get((t.case, t.metric))) is not None:
-            met = report_.target(result, t.bound, at_least=t.at_least, divisor=t.divisor)
-            rows.append((t.label, t.unit, *met, cell(peer.get((t.case, t.metric)), t.divisor)))
+            rows.append(
+                (t.label, t.unit, *t.cells(result), cell(peer.get((t.case, t.metric)), t.divisor))
+            )
     latency = workload.latency[0].name
     for metric in (w.LATENCY_P50, w.LATENCY_P99):
         if (result := ours.get((latency, metric))) is not None:
@@ -310,18 +282,13 @@ def storage_table(results: Sequence[w.Result], system: str) -> str:
             }
             cells += [cell(by_kind.get(kind)) for kind in S3_KINDS]
             cost = _cost_per_million(by_kind)
-            cells.append(cell(cost) if cost is None else _money(cost))
+            cells.append(cell(cost, show=_usd))
         rows.append((case, *cells))
     return "\n".join(report_.table(["case (per 1M messages)", *columns], rows))
 
 
-def _money(result: w.Result) -> str:
-    def usd(value: float) -> str:
-        return f"${value:,.2f}" if value >= 1 else f"${value:.3g}"
-
-    if len(result.values) == 1:
-        return usd(result.median)
-    return f"{usd(result.median)} [{usd(result.min)}{EN_DASH}{usd(result.max)}]"
+def _usd(value: float) -> str:
+    return f"${value:,.2f}" if value >= 1 else f"${value:.3g}"
 
 
 # The REST case each gRPC figure is shown beside: the closest one of the REST workload.
@@ -359,44 +326,33 @@ def grpc_table(
     ours, peer = _index(results, lps.SYSTEM), _index(results, peer_nats.SYSTEM)
     failed = {(f.system, f.case) for f in failures}
     rest = _rest_counterparts(workload, grpc)
-    lines = [
-        "| case | metric | unit | lakepubsub gRPC | NATS JetStream | ratio "
-        "| lakepubsub REST, same run | REST case |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |",
-    ]
+    # Drain times of different backlogs do not compare.
+    same_drain = any(c.backlog_messages == grpc.drain_messages for c in workload.drain)
+    rows: list[tuple[str, ...]] = []
     for case in grpc.cases:
+        ours_failed, peer_failed = (lps.SYSTEM, case) in failed, (peer_nats.SYSTEM, case) in failed
         metrics = [m for m in _GRPC_FIGURES for k in (*ours, *peer) if k[:2] == (case, m)]
         if not metrics:
-            lines.append(
-                f"| {case} | {NONE} | | {_grpccell(None, (lps.SYSTEM, case) in failed)} "
-                f"| {_grpccell(None, (peer_nats.SYSTEM, case) in failed)} | | | |"
-            )
-            continue
+            nothing = (_grpccell(None, ours_failed), _grpccell(None, peer_failed))
+            rows.append((case, NONE, "", *nothing, "", "", ""))
         for metric in dict.fromkeys(metrics):
             unit = next(k[2] for k in (*ours, *peer) if k[:2] == (case, metric))
             mine, theirs = ours.get((case, metric, unit)), peer.get((case, metric, unit))
-            twin = rest.get(case, "")
-            if metric == w.DRAIN_TIME and not any(
-                c.backlog_messages == grpc.drain_messages for c in workload.drain
-            ):
-                twin = ""  # drain times of different backlogs do not compare
+            twin = rest.get(case, "") if metric != w.DRAIN_TIME or same_drain else ""
             beside = ours.get((twin, metric, unit)) if twin else None
-            lines.append(
-                f"| {case} | {metric} | {unit} "
-                f"| {_grpccell(mine, (lps.SYSTEM, case) in failed)} "
-                f"| {_grpccell(theirs, (peer_nats.SYSTEM, case) in failed)} "
-                f"| {ratio(mine, theirs)} | {cell(beside)} | {twin if beside else ''} |"
-            )
-    return "\n".join(lines)
+            rows.append((
+                case, metric, unit, _grpccell(mine, ours_failed), _grpccell(theirs, peer_failed),
+                ratio(mine, theirs), cell(beside), twin if beside else "",
+            ))  # fmt: skip
+    header = ["case", "metric", "unit", "lakepubsub gRPC", "NATS JetStream", "ratio"]
+    header += ["lakepubsub REST, same run", "REST case"]
+    return "\n".join(report_.table(header, rows, right=3, left=(7,)))
 
 
 def _grpccell(result: w.Result | None, failed: bool) -> str:
     if result is None:
         return _FAILED if failed else NONE
     return f"{cell(result)} ({_FAILED} in some runs)" if failed else cell(result)
-
-
-# --- the machine --------------------------------------------------------------
 
 
 def machine_lines(done: Run) -> list[str]:
@@ -414,9 +370,6 @@ def machine_lines(done: Run) -> list[str]:
         software=software,
     )
     return found + ([grpc_bench.software_line()] if done.grpc_workload else [])
-
-
-# --- the report ---------------------------------------------------------------
 
 
 def _count(n: int, noun: str) -> str:
@@ -596,9 +549,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         workload = dataclasses.replace(workload, runs=args.runs)
         grpc_workload = dataclasses.replace(grpc_workload, runs=args.runs)
     rest = args.only != "grpc"
-    s3_workload = scaled(workload, S3_FRACTION) if args.s3 and not args.quick else None
-    if args.s3 and args.quick:
-        s3_workload = workload
+    s3_workload = (workload if args.quick else scaled(workload, S3_FRACTION)) if args.s3 else None
     progress = report_.progress()
 
     # A gRPC-only run has report-grpc.md of its own: it never replaces the full report.

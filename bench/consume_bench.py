@@ -130,6 +130,10 @@ def one_round(
     return out
 
 
+def _spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}]"
+
+
 def run(messages: int, incremental: int, runs: int, quick: bool) -> str:
     # A local lake's tables keep 30 s of log (constants.py); a stream resuming
     # after longer finds its next version gone. This lake keeps an S3 lake's 7 days.
@@ -163,28 +167,22 @@ def run(messages: int, incremental: int, runs: int, quick: bool) -> str:
         " incremental run failed (`DELTA_LOG_FILE_NOT_FOUND_FOR_STREAMING_SOURCE`, the"
         " commits after its checkpoint's version were cleaned up).",
         "",
-        "| design | transform | phase | messages | wall s, median [min-max] | CPU s, median"
-        " [min-max] | B / A (wall, CPU) |",
-        "|---|---|---|---|---|---|---|",
     ]
+    rows = []
     for w in WORKLOADS:
         for phase in PHASES:
             medians = {}
             for design in DESIGNS:
                 samples = [r[(design, w, phase)] for r in rounds]
-                walls = [s.wall_s for s in samples]
-                cpus = [s.cpu_s for s in samples]
+                walls, cpus = [s.wall_s for s in samples], [s.cpu_s for s in samples]
                 medians[design] = (statistics.median(walls), statistics.median(cpus))
-                ratio = ""
-                if design == DESIGNS[1]:
-                    wa, ca = medians[DESIGNS[0]]
-                    wb, cb = medians[design]
-                    ratio = f"{wb / wa:.2f}x, {cb / ca:.2f}x"
-                lines.append(
-                    f"| {design} | {w} | {phase} | {samples[0].messages:,} |"
-                    f" {statistics.median(walls):.2f} [{min(walls):.2f}-{max(walls):.2f}] |"
-                    f" {statistics.median(cpus):.2f} [{min(cpus):.2f}-{max(cpus):.2f}] | {ratio} |"
-                )
+                (wa, ca), (wb, cb) = medians[DESIGNS[0]], medians[design]
+                ratio = f"{wb / wa:.2f}x, {cb / ca:.2f}x" if design == DESIGNS[1] else ""
+                consumed = f"{samples[0].messages:,}"
+                rows.append((design, w, phase, consumed, _spread(walls), _spread(cpus), ratio))
+    header = ["design", "transform", "phase", "messages", "wall s, median [min-max]"]
+    header += ["CPU s, median [min-max]", "B / A (wall, CPU)"]
+    lines += out.table(header, rows, right=len(header))
     if RETRIED:
         lines += [
             "",

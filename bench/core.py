@@ -106,10 +106,9 @@ def bench_latency(engine: Engine, sizes: Sizes, data: list[bytes]) -> dict[str, 
             latencies.extend(mine)
 
     run_threads(8, work)
-    latencies.sort()
     return {
-        "p50_ms": 1000 * latencies[len(latencies) // 2],
-        "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
+        "p50_ms": 1000 * report.quantile(latencies, 0.5),
+        "p99_ms": 1000 * report.quantile(latencies, 0.99),
     }
 
 

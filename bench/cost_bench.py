@@ -9,11 +9,10 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 
-import boto3
-
 from bench import peer_lakepubsub as lps
 from bench import report
 from bench.harness.lakepubsub_server import BUCKET, S3_KINDS, BenchError, LakePubSubServer
+from bench.harness.moto_server import MotoServer
 from bench.s3 import prices
 from lakepubsub import constants
 
@@ -25,19 +24,9 @@ PUBSUB_USD_PER_MILLION = 0.08
 TARGET_USD_PER_MILLION = 0.008
 
 
-def _lake_bytes(server: LakePubSubServer) -> int:
-    options = server.storage_options
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=options["AWS_ENDPOINT_URL"],
-        aws_access_key_id=options["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=options["AWS_SECRET_ACCESS_KEY"],
-        region_name=options["AWS_REGION"],
-    )
-    total = 0
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET):
-        total += sum(item["Size"] for item in page.get("Contents", ()))
-    return total
+def _lake_bytes(moto: MotoServer) -> int:
+    pages = moto.client().get_paginator("list_objects_v2").paginate(Bucket=BUCKET)
+    return sum(item["Size"] for page in pages for item in page.get("Contents", ()))
 
 
 def run(messages: int, batch: int) -> list[str]:
@@ -62,7 +51,7 @@ def run(messages: int, batch: int) -> list[str]:
         drain_s = time.monotonic() - started
         server.check_all_acked(topic, subscription, total)
         phases["deliver + ack"] = server.moto.requests_since(offset)
-        stored = _lake_bytes(server)
+        stored = _lake_bytes(server.moto)
     scale = MILLION / total
     retention_days = constants.DEFAULT_TOPIC_HISTORY_S / 86400
     storage_usd = (

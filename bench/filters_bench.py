@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 import random
-import time
+import timeit
 from collections.abc import Callable, Sequence
 
 import pyarrow as pa
@@ -54,12 +54,8 @@ def make_rows(count: int) -> list[dict[str, str] | None]:
 
 
 def best_of(repeat: int, run: Callable[[], object]) -> float:
-    timings = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        run()
-        timings.append(time.perf_counter() - start)
-    return min(timings)
+    # timeit turns the garbage collector off unless its setup turns it back on.
+    return min(timeit.repeat(run, "gc.enable()", number=1, repeat=repeat))
 
 
 def measure(

@@ -12,6 +12,7 @@ from bench import gobuild
 from bench import report as out
 from bench.grpc_bench import run_loadgen
 from bench.harness.lakepubsub_server import LakePubSubServer
+from bench.report import quantile
 
 # Closed-loop workers that find the capacity (enough to keep one process busy).
 PUBLISHERS = 32
@@ -22,31 +23,17 @@ QUICK_SECONDS = 5.0
 CONNECTIONS = 2048
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def run(*, seconds: float, factor: float, capacity_s: float, connections: int) -> list[str]:
     binary = gobuild.build()
     with LakePubSubServer(serve=True) as server:
         common = ["-system", "rest", "-mode", "flood", "-url", server.url]
-        warm = server.create_topic()
-        run_loadgen(
-            binary,
-            [*common, "-topic", warm, "-rate", "0", "-publishers", str(PUBLISHERS),
-             "-duration", "1", "-messages", "1000"],
-            server_pid=server.pid,
-        )  # fmt: skip
-        topic = server.create_topic()
-        closed, closed_usage = run_loadgen(
-            binary,
-            [*common, "-topic", topic, "-rate", "0", "-publishers", str(PUBLISHERS),
-             "-duration", f"{capacity_s:g}", "-messages", "1000"],
-            server_pid=server.pid,
-        )  # fmt: skip
+        closed_loop = [*common, "-rate", "0", "-publishers", str(PUBLISHERS), "-messages", "1000"]
+        for duration in ("1", f"{capacity_s:g}"):  # a warm-up second, then the capacity
+            closed, closed_usage = run_loadgen(
+                binary,
+                [*closed_loop, "-topic", server.create_topic(), "-duration", duration],
+                server_pid=server.pid,
+            )
         capacity = closed["published"] / closed.elapsed_s
         rate = factor * capacity
         requests = int(rate * seconds)
@@ -75,8 +62,8 @@ def run(*, seconds: float, factor: float, capacity_s: float, connections: int) -
         ),
         f"- **capacity** (closed loop, {PUBLISHERS} workers, {capacity_s:g} s): "
         f"{capacity:,.0f} publishes/s; p50 / p99 "
-        f"{percentile(closed.latencies_ms, 0.5):.1f} / "
-        f"{percentile(closed.latencies_ms, 0.99):.1f} ms; server CPU "
+        f"{quantile(closed.latencies_ms, 0.5):.1f} / "
+        f"{quantile(closed.latencies_ms, 0.99):.1f} ms; server CPU "
         f"{closed_usage.cpu_s / max(1, closed['published']) * 1e6:,.0f} µs per publish",
         f"- **flood**: {rate:,.0f} requests/s open loop ({factor:g}x capacity) for "
         f"{seconds:g} s: {requests:,} requests, all sent in {report['publish_s']:.1f} s, "
@@ -87,7 +74,7 @@ def run(*, seconds: float, factor: float, capacity_s: float, connections: int) -
         f"({', '.join(f'{n:,} {k}' for k, n in sorted(failures.items())) or 'none'}); "
         f"connection resets: {failures.get('reset', 0)}",
         f"  - accepted (200): {accepted:,}, {accepted / report.elapsed_s:,.0f}/s; latency p50 / "
-        f"p99 / max {percentile(latencies, 0.5):.1f} / {percentile(latencies, 0.99):.1f} / "
+        f"p99 / max {quantile(latencies, 0.5):.1f} / {quantile(latencies, 0.99):.1f} / "
         f"{max(latencies, default=float('nan')):.1f} ms",
         f"  - the topic holds {stored:,} messages "
         f"({'= the accepted publishes' if stored == accepted else 'accepted: ' + str(accepted)})",

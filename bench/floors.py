@@ -14,10 +14,10 @@ import dataclasses
 import io
 import os
 import platform
-import resource
 import subprocess
 import sys
 import time
+import timeit
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -57,9 +57,6 @@ RESPONSE_MESSAGES = 1000
 # Repetitions of the in-process measurements; the best is kept (the floor, not the noise).
 REPEATS = 30
 SERVER_START_S = 30.0
-
-
-# --- the empty servers ---------------------------------------------------------------
 
 
 def _ids(counter: list[int], n: int) -> list[str]:
@@ -131,9 +128,6 @@ EMPTY_REST = (
 )
 
 
-# --- the side-by-side floors ----------------------------------------------------------
-
-
 def _figures(system: str, case: str, elapsed_s: float, latencies_ms: Sequence[float], n: int,
              server_cpu_s: float, client_cpu_s: float) -> list[w.Result]:  # fmt: skip
     if len(latencies_ms) != n:
@@ -200,16 +194,9 @@ def grpc_pair(binary: Path, publishers: int, n: int) -> list[w.Result]:
     return results
 
 
-# --- the in-process floors ------------------------------------------------------------
-
-
 def _best_s(step: Callable[[], object]) -> float:
-    best = float("inf")
-    for _ in range(REPEATS):
-        started = time.perf_counter()
-        step()
-        best = min(best, time.perf_counter() - started)
-    return best
+    # timeit turns the garbage collector off unless its setup turns it back on.
+    return min(timeit.repeat(step, "gc.enable()", number=1, repeat=REPEATS))
 
 
 def protobuf_us_per_message() -> float:
@@ -269,23 +256,15 @@ def commit_figures(n: int) -> tuple[float, float]:
             for _ in range(n // 10):  # warm up: the table handle, the file index
                 engine.publish(topic, message)
             took: list[float] = []
-            cpu_before = _process_cpu_s()
+            cpu_before = time.process_time()
             for _ in range(n):
                 started = time.perf_counter()
                 engine.publish(topic, message)
                 took.append(time.perf_counter() - started)
-            cpu_s = _process_cpu_s() - cpu_before
+            cpu_s = time.process_time() - cpu_before
     finally:
         scratch.release(directory)
     return w.percentile(took, 0.50) * 1e6, cpu_s / n * 1e6
-
-
-def _process_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-# --- running and the report -----------------------------------------------------------
 
 
 @dataclass(frozen=True)

@@ -37,17 +37,6 @@ class BuildError(RuntimeError):
     """The load generator could not be built (no Go, or the build failed)."""
 
 
-class GoMissing(BuildError):
-    """No ``go`` on PATH."""
-
-
-def _go() -> str:
-    go = shutil.which("go")
-    if go is None:
-        raise GoMissing(MISSING_GO)
-    return go
-
-
 def _fingerprint(go: str) -> str:
     version = subprocess.run(
         [go, "version"], capture_output=True, text=True, timeout=60, check=False
@@ -58,9 +47,11 @@ def _fingerprint(go: str) -> str:
     return digest.hexdigest()
 
 
-def build(*, timeout_s: float = BUILD_TIMEOUT_S) -> Path:
+def build() -> Path:
     """The load generator's binary, built first unless its stamp says it is current."""
-    go = _go()
+    go = shutil.which("go")
+    if go is None:
+        raise BuildError(MISSING_GO)
     fingerprint = _fingerprint(go)
     if BINARY.is_file() and STAMP.is_file() and STAMP.read_text() == fingerprint:
         return BINARY
@@ -74,12 +65,12 @@ def build(*, timeout_s: float = BUILD_TIMEOUT_S) -> Path:
             cwd=LOADGEN,
             capture_output=True,
             text=True,
-            timeout=timeout_s,
+            timeout=BUILD_TIMEOUT_S,
             check=False,
         )
     except subprocess.TimeoutExpired as exc:
         partial.unlink(missing_ok=True)
-        raise BuildError(f"go build in {LOADGEN} took over {timeout_s:g} s") from exc
+        raise BuildError(f"go build in {LOADGEN} took over {BUILD_TIMEOUT_S:g} s") from exc
     if done.returncode != 0:
         partial.unlink(missing_ok=True)
         raise BuildError(

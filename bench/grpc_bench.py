@@ -14,11 +14,9 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +28,7 @@ from bench import workload as w
 from bench.harness.lakepubsub_server import BenchError, servers
 from bench.harness.meter import ProcessMeter, ProcessUsage
 from bench.harness.nats_server import NatsServer
-from bench.report import executable_version, version
+from bench.report import executable_version, table, version
 
 SYSTEMS = (peer_nats.SYSTEM, lps.SYSTEM)
 # The push consumers the load generator creates on the NATS side.
@@ -53,9 +51,6 @@ EXIT_MARGIN_S = 120.0
 # How much of a failure goes into the report.
 ERROR_CHARS = 1500
 OUTPUT_TAIL_CHARS = 3000
-
-
-# --- the workload ----------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -142,18 +137,12 @@ def software_line() -> str:
         "github.com/nats-io/nats.go",
         "google.golang.org/grpc",
     )
-    modules = []
-    for line in (gobuild.LOADGEN / "go.mod").read_text().splitlines():
-        parts = line.split()
-        if len(parts) > 1 and parts[0] in wanted:
-            modules.append(f"{parts[0]} {parts[1]}")
+    requires = [line.split() for line in (gobuild.LOADGEN / "go.mod").read_text().splitlines()]
+    modules = [f"{p[0]} {p[1]}" for p in requires if len(p) > 1 and p[0] in wanted]
     return (
         f"- **gRPC cases:** {go}; `bench/loadgen` with {', '.join(modules)}; "
         f"the server's grpcio {version('grpcio')}"
     )
-
-
-# --- outcomes ----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -177,9 +166,6 @@ def describe(exc: BaseException) -> str:
     """An error as the report shows it: type and message, shortened."""
     text = f"{type(exc).__name__}: {exc}".strip()
     return text if len(text) <= ERROR_CHARS else f"{text[:ERROR_CHARS]} …"
-
-
-# --- the load generator --------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -271,8 +257,7 @@ def run_loadgen(
     return LoadgenReport(report), meter.usage
 
 
-# --- the cases, on either system ----------------------------------------------------
-
+# The cases run on either system's side.
 _Side = lps.Side | peer_nats.Side
 
 
@@ -355,9 +340,6 @@ def _check_received(report: LoadgenReport, n: int) -> None:
         )
 
 
-# --- running everything ------------------------------------------------------------
-
-
 def run_all(
     workload: GrpcWorkload,
     *,
@@ -411,7 +393,6 @@ def run_all(
                         if progress:
                             progress(f"{system}: {name} FAILED: {describe(exc)[:300]}")
                         outcome.failures.append(Failure(system, name, describe(exc)))
-                        _debug(exc)
             outcome.results = w.merge_runs(raw)
             outcome.latency_samples = {s: list(v) for s, v in samples.items() if v}
             if checkpoint:
@@ -419,17 +400,6 @@ def run_all(
     return outcome
 
 
-def _debug(exc: BaseException) -> None:
-    if os.environ.get("BENCH_DEBUG"):
-        traceback.print_exception(exc, file=sys.stderr)
-
-
-# --- tables --------------------------------------------------------------------------
-
-
 def failures_table(failures: Sequence[Failure]) -> str:
-    lines = ["| system | case | error |", "| --- | --- | --- |"]
-    for f in failures:
-        error = " ".join(f.error.split()).replace("|", "\\|")
-        lines.append(f"| {f.system} | {f.case} | {error} |")
-    return "\n".join(lines)
+    rows = [(f.system, f.case, " ".join(f.error.split()).replace("|", "\\|")) for f in failures]
+    return "\n".join(table(["system", "case", "error"], rows, right=3))

@@ -53,11 +53,11 @@ class Latency:
     def line(self) -> str:
         if not self.samples_ms:
             return f"no samples ({self.errors} errors)"
-        ordered = sorted(self.samples_ms)
-        p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+        samples = self.samples_ms
         return (
-            f"p50 {statistics.median(ordered):.1f} ms, p99 {p99:.1f} ms, "
-            f"max {ordered[-1]:.1f} ms, n={len(ordered)}, errors={self.errors}"
+            f"p50 {statistics.median(samples):.1f} ms, "
+            f"p99 {report_.quantile(samples, 0.99):.1f} ms, "
+            f"max {max(samples):.1f} ms, n={len(samples)}, errors={self.errors}"
         )
 
 
@@ -126,33 +126,22 @@ def _rows(first: int, count: int, start_us: int) -> pa.Table:
     )
 
 
-class Api:
-    """The REST API on the lake, in its own process (the harness's launcher)."""
-
-    def __init__(self, lake: str) -> None:
-        self.server = LakePubSubServer(lake=lake, env={"LAKEPUBSUB_PUSH": "false"}).__enter__()
-        self.client = httpx.Client(base_url=self.server.url, timeout=60)
-
-    def publish(self, topic: TopicName, latency: Latency) -> None:
-        body = {"messages": [{"data": "aGVsbG8=", "attributes": {"k": "bench"}}]}
-        started = time.perf_counter()
-        try:
-            response = self.client.post(f"/v1/{topic.path}:publish", json=body)
-            response.raise_for_status()
-        except httpx.HTTPError:
-            latency.errors += 1
-            return
-        latency.samples_ms.append((time.perf_counter() - started) * 1000)
-
-    def close(self) -> None:
-        self.client.close()
-        self.server.__exit__()
+def publish(client: httpx.Client, topic: TopicName, latency: Latency) -> None:
+    """One single-message publish to the REST API, timed into ``latency``."""
+    body = {"messages": [{"data": "aGVsbG8=", "attributes": {"k": "bench"}}]}
+    started = time.perf_counter()
+    try:
+        client.post(f"/v1/{topic.path}:publish", json=body).raise_for_status()
+    except httpx.HTTPError:
+        latency.errors += 1
+        return
+    latency.samples_ms.append((time.perf_counter() - started) * 1000)
 
 
-def measure(api: Api, topic: TopicName, count: int) -> Latency:
+def measure(client: httpx.Client, topic: TopicName, count: int) -> Latency:
     latency = Latency()
     for _ in range(count):
-        api.publish(topic, latency)
+        publish(client, topic, latency)
     return latency
 
 
@@ -186,8 +175,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"{before.bytes / 2**20:.0f} MiB, table version {before.version} "
             f"(built in {time.perf_counter() - started:.0f} s)"
         )
-        api = Api(lake)
-        try:
+        # The REST API on the lake, in its own process.
+        with (
+            LakePubSubServer(lake=lake, env={"LAKEPUBSUB_PUSH": "false"}) as server,
+            httpx.Client(base_url=server.url, timeout=60) as api,
+        ):
             measure(api, topic, 20)  # warm-up: the server loads the table once
             latency_before = measure(api, topic, args.publishes)
             say(f"\nPublish latency before compaction: {latency_before.line()}")
@@ -197,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
             def keep_publishing() -> None:
                 while not stop.is_set():
-                    api.publish(topic, during)
+                    publish(api, topic, during)
 
             thread = threading.Thread(target=keep_publishing)
             thread.start()
@@ -220,8 +212,6 @@ def main(argv: Sequence[str] | None = None) -> None:
             expected = args.messages + 20 + len(during.samples_ms) + 2 * args.publishes
             dense = sorted(offsets.to_pylist()) == list(range(expected))
             say(f"Offsets after: {len(offsets):,} rows, dense and unique: {dense}")
-        finally:
-            api.close()
 
         session_started = time.perf_counter()
         spark = local_session("bench-jobs", "local[*]")

@@ -58,9 +58,6 @@ _JSON = {"content-type": "application/json"}
 _SENT_KEY = SENT_NS_ATTRIBUTE.encode()
 
 
-# --- client processes ---------------------------------------------------------
-
-
 @contextlib.contextmanager
 def _client(url: str, *, connections: int = 1) -> Iterator[httpx.Client]:
     """A keep-alive client, connected before the clock starts."""
@@ -226,10 +223,6 @@ def _latency_consumer(
         )
 
 
-def _run_clients(jobs: Sequence[Any], *, server_pid: int) -> tuple[list[Report], ProcessUsage]:
-    return run_clients(jobs, server_pid=server_pid, preload=__name__)
-
-
 def publish(
     url: str,
     server_pid: int,
@@ -245,7 +238,7 @@ def publish(
         partial(publisher, url, topic, batch_size, a, b, prebuild)
         for a, b in itertools.pairwise(firsts)
     ]
-    return _run_clients(jobs, server_pid=server_pid)
+    return run_clients(jobs, server_pid=server_pid, preload=__name__)
 
 
 def publish_backlog(server: LakePubSubServer, topic: str, messages: int) -> None:
@@ -273,10 +266,7 @@ def consume(
     job = partial(
         consumer, server.url, subscription, max_messages_per_pull, total, required_attribute
     )
-    return _run_clients([job] * consumers, server_pid=server.pid)
-
-
-# --- one system's side of a run ------------------------------------------------
+    return run_clients([job] * consumers, server_pid=server.pid, preload=__name__)
 
 
 class Side:
@@ -367,7 +357,7 @@ class Side:
         pulls = case.max_messages_per_pull
         receiver = partial(_latency_consumer, url, self.subscription, pulls, total)
         sender = partial(latency_publisher, url, self.topic, case.offered_rate_per_s, total)
-        found = _run_clients([receiver, sender], server_pid=self.server.pid)
+        found = run_clients([receiver, sender], server_pid=self.server.pid, preload=__name__)
         self.ran()
         return found
 
@@ -394,9 +384,6 @@ def run_all(
             progress=progress,
             latency_samples=latency_samples,
         )
-
-
-# --- figures ------------------------------------------------------------------
 
 
 def s3_metric(kind: str) -> str:

@@ -45,9 +45,6 @@ PREFILL_CLIENTS = 2
 PREFILL_BATCH = 1000
 
 
-# --- client processes ---------------------------------------------------------
-
-
 @contextlib.asynccontextmanager
 async def _connect(url: str) -> AsyncIterator[tuple[NatsClient, JetStreamContext]]:
     nc = await nats.connect(url, allow_reconnect=False)
@@ -155,9 +152,6 @@ async def _pull_available(sub: JetStreamContext.PullSubscription, max_messages: 
     return msgs
 
 
-# --- stream and consumer setup ------------------------------------------------
-
-
 async def create_stream(url: str) -> None:
     """A fresh, empty stream: any earlier one with its consumer and messages is deleted."""
     async with _connect(url) as (_, js):
@@ -223,9 +217,6 @@ def _publish(
         partial(_publisher, server.url, batch_size, a, b) for a, b in itertools.pairwise(firsts)
     ]
     return run_clients(jobs, server_pid=server.pid)
-
-
-# --- one system's side of a run ------------------------------------------------
 
 
 class Side:

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import psutil
 
@@ -89,14 +90,22 @@ def fmt(value: float) -> str:
     return f"{value:.3g}"
 
 
-def cell(result: Result | None, divisor: float = 1.0) -> str:
-    """A figure's median, with [min-max] when it has several runs."""
+def quantile(values: Sequence[float], q: float) -> float:
+    """The value ``q`` of the way up the sorted values (index ``int(q * n)``); NaN if none."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def cell(result: Result | None, divisor: float = 1.0, show: Callable[[float], str] = fmt) -> str:
+    """A figure's median, with [min-max] when it has several runs, each as ``show`` puts it."""
     if result is None:
         return NONE
-    median = fmt(result.median / divisor)
+    median = show(result.median / divisor)
     if len(result.values) == 1:
         return median
-    return f"{median} [{fmt(result.min / divisor)}{EN_DASH}{fmt(result.max / divisor)}]"
+    return f"{median} [{show(result.min / divisor)}{EN_DASH}{show(result.max / divisor)}]"
 
 
 def ratio(ours: Result | None, peer: Result | None) -> str:
@@ -106,20 +115,31 @@ def ratio(ours: Result | None, peer: Result | None) -> str:
     return f"{ours.median / peer.median:.3g}\u00d7"
 
 
-def target(
-    result: Result, bound: float | None, *, at_least: bool, divisor: float = 1.0
-) -> list[str]:
-    """A target row's cells: the figure (``cell``), the target (``≥ bound`` or ``≤ bound``)
-    and whether the median meets it; no target without a ``bound``."""
-    if bound is None:
-        return [cell(result, divisor), "", ""]
-    value = result.median / divisor
-    met = value >= bound if at_least else value <= bound
-    return [
-        cell(result, divisor),
-        f"{'≥' if at_least else '≤'} {bound:,g}",
-        "yes" if met else "**no**",
-    ]
+class Target(NamedTuple):
+    """A row of a targets table: one figure (case, metric), its bound (``None``: the figure
+    is shown without one), the passing side, and the divisor it is compared after (commits
+    per 1M messages -> per message)."""
+
+    label: str
+    case: str
+    metric: str
+    unit: str = ""
+    bound: float | None = None
+    at_least: bool = True
+    divisor: float = 1.0
+
+    def cells(self, result: Result) -> list[str]:
+        """The figure (``cell``), the target (``≥ bound`` or ``≤ bound``) and whether the
+        median meets it."""
+        if self.bound is None:
+            return [cell(result, self.divisor), "", ""]
+        value = result.median / self.divisor
+        met = value >= self.bound if self.at_least else value <= self.bound
+        return [
+            cell(result, self.divisor),
+            f"{'≥' if self.at_least else '≤'} {self.bound:,g}",
+            "yes" if met else "**no**",
+        ]
 
 
 def table(
@@ -128,10 +148,13 @@ def table(
     *,
     right: int = 1,
     centred: Sequence[int] = (),
+    left: Sequence[int] = (),
 ) -> list[str]:
-    """A markdown table; columns from ``right`` on are right-aligned, but ``centred`` ones."""
+    """A markdown table; columns from ``right`` on are right-aligned, but ``centred`` and
+    ``left`` ones."""
     align = [
-        ":---:" if i in centred else "---" if i < right else "---:" for i in range(len(header))
+        ":---:" if i in centred else "---" if i < right or i in left else "---:"
+        for i in range(len(header))
     ]
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
     return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
@@ -213,18 +236,14 @@ def write(out: Path, name: str, lines: Sequence[str] | str, *, echo: bool = True
     return path
 
 
-def progress(started: float | None = None) -> Progress:
-    return Progress(time.monotonic() if started is None else started)
+def progress(started: float | None = None) -> Callable[[str], None]:
+    """Prints a line to stderr with the seconds since the run started (default: now)."""
+    began = time.monotonic() if started is None else started
 
+    def say(line: str) -> None:
+        print(f"[{time.monotonic() - began:7.1f} s] {line}", file=sys.stderr, flush=True)
 
-class Progress:
-    """Prints a line to stderr with the seconds since the run started."""
-
-    def __init__(self, started: float) -> None:
-        self.started = started
-
-    def __call__(self, line: str) -> None:
-        print(f"[{time.monotonic() - self.started:7.1f} s] {line}", file=sys.stderr, flush=True)
+    return say
 
 
 def _run(*argv: str) -> str:

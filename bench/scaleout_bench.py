@@ -134,27 +134,21 @@ def run_servers(n: int, clients: int, batch: int, seconds: float, s3: bool) -> l
     with servers_on_one_lake(n, s3) as servers:
         topic, sub = servers[0].topic_and_subscription(ack_deadline_s=60)
         phases = []
-        before = counters(servers)
-        (wall, per), use = metered(
-            servers, lambda: timed(_publisher, servers, clients, topic, batch, seconds)
-        )
-        after = counters(servers)
-        published = sum(per.values())
-        servers[0].check_stored(topic, published)  # nothing lost, nothing twice
-        phases.append(
-            Phase(n, "publish", published, wall, _shares(per, published),
-                  after[0] - before[0], after[1] - before[1], use)
-        )  # fmt: skip
-        before = after
-        (wall, per), use = metered(
-            servers, lambda: timed(_consumer, servers, CONSUMERS, sub, seconds)
-        )
-        after = counters(servers)
-        acked = sum(per.values())
-        phases.append(
-            Phase(n, "pull + ack", acked, wall, _shares(per, acked),
-                  after[0] - before[0], after[1] - before[1], use)
-        )  # fmt: skip
+        steps: list[tuple[str, Callable[..., Report], int, tuple[object, ...]]] = [
+            ("publish", _publisher, clients, (topic, batch, seconds)),
+            ("pull + ack", _consumer, CONSUMERS, (sub, seconds)),
+        ]
+        for name, job, count, args in steps:
+            before = counters(servers)
+            (wall, per), use = metered(servers, partial(timed, job, servers, count, *args))
+            after = counters(servers)
+            messages = sum(per.values())
+            if name == "publish":
+                servers[0].check_stored(topic, messages)  # nothing lost, nothing twice
+            phases.append(
+                Phase(n, name, messages, wall, _shares(per, messages),
+                      after[0] - before[0], after[1] - before[1], use)
+            )  # fmt: skip
         return phases
 
 

@@ -45,7 +45,6 @@ ROUNDS = 5
 _JSON = {"content-type": "application/json"}
 
 
-# Ten fields, encoded to about 1 KiB.
 def _record(name: str, fields: str) -> dict[str, Any]:
     """An Avro record from ``"name:type name:type …"``."""
     pairs = [f.split(":") for f in fields.split()]
@@ -86,9 +85,6 @@ def wide_record(i: int) -> bytes:
             "city": "c" * 100, "note": "n" * 400, "tags": ["t" * 20] * 5,
         },
     )  # fmt: skip
-
-
-# -- 1. publish ----------------------------------------------------------------------------------
 
 
 def publish_cost(requests: int) -> dict[str, Any]:
@@ -139,9 +135,6 @@ def _drive(url: str, path: str, body: bytes, requests: int) -> None:
 
     with ThreadPoolExecutor(CLIENTS) as pool:
         list(pool.map(client, [len(range(c, requests, CLIENTS)) for c in range(CLIENTS)]))
-
-
-# -- 2. typed view -------------------------------------------------------------------------------
 
 
 def build_lake(root: Path, records: int) -> None:
@@ -235,9 +228,6 @@ def _udf_decoder(definitions: dict[str, str], target: str) -> Any:
         )  # fmt: skip
 
     return sf.arrow_udf(decode, "struct<region string, amount double, count int>")  # type: ignore[attr-defined]
-
-
-# -- report --------------------------------------------------------------------------------------
 
 
 def report(publish: dict[str, Any], typed: dict[str, Any], args: argparse.Namespace) -> str:

@@ -191,18 +191,10 @@ def run(rows: int, files: int, runs: int, quick: bool, s3: bool) -> str:
             "",
             "Wall seconds, median [min-max], then the ratio to (a) of the medians / of the minima:",
             "",
-            "| path | " + " | ".join(QUERIES) + " | view creation |",
-            "|---|" + "---|" * (len(QUERIES) + 1),
         ]
-        cpu_lines = [
-            "",
-            "CPU seconds of the Spark JVM and its Python workers, median, and the ratio to (a):",
-            "",
-            "| path | " + " | ".join(QUERIES) + " |",
-            "|---|" + "---|" * len(QUERIES),
-        ]
+        walls, cpus = [], []
         for label in PATHS:
-            wall, cpu = [], []
+            wall, cpu = [label], [label]
             for query in QUERIES:
                 t, base = results[label, query], results[BASELINE, query]
                 wall.append(
@@ -210,10 +202,14 @@ def run(rows: int, files: int, runs: int, quick: bool, s3: bool) -> str:
                     f" {t.median_s / base.median_s:.2f}x / {t.min_s / base.min_s:.2f}x"
                 )
                 cpu.append(f"{t.cpu_median_s:.2f} {t.cpu_median_s / base.cpu_median_s:.2f}x")
-            lines.append(f"| {label} | {' | '.join(wall)} | {pins[label].median_s:.3f} |")
-            cpu_lines.append(f"| {label} | {' | '.join(cpu)} |")
-        lines += cpu_lines
+            walls.append([*wall, f"{pins[label].median_s:.3f}"])
+            cpus.append(cpu)
         lines += [
+            *out.table(["path", *QUERIES, "view creation"], walls, right=len(QUERIES) + 2),
+            "",
+            "CPU seconds of the Spark JVM and its Python workers, median, and the ratio to (a):",
+            "",
+            *out.table(["path", *QUERIES], cpus, right=len(QUERIES) + 1),
             "",
             "Both paths returned the same answers. (b) is Delta's own Spark connector (the"
             " lake's reader since the home-made Python data source was removed). The target"

@@ -277,14 +277,10 @@ class LakePubSubServer:
             commits_by_table=by_table,
         )
 
-    @contextlib.contextmanager
-    def engine(self) -> Iterator[Any]:
-        """A lakepubsub Engine on this server's lake, in this process, to check what it stored."""
-        engine = Engine(Settings(lake=self.lake, storage_options=self.storage_options))
-        try:
-            yield engine
-        finally:
-            engine.close()
+    def engine(self) -> Engine:
+        """A lakepubsub Engine on this server's lake, in this process, to check what it
+        stored (``with server.engine() as engine``: leaving the block closes it)."""
+        return Engine(Settings(lake=self.lake, storage_options=self.storage_options))
 
     def create_topic(self) -> str:
         """A fresh topic; returns its path (``projects/p/topics/t``)."""

@@ -9,14 +9,12 @@ the start of the interval where Linux allows it) and a background sampler.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 import psutil
 
@@ -32,7 +30,7 @@ _KIB = 1024
 
 @dataclass(frozen=True)
 class ProcessUsage:
-    """What a process (and optionally its children) used over one interval."""
+    """What a process used over one interval."""
 
     cpu_s: float
     peak_rss_bytes: int
@@ -43,20 +41,10 @@ class ProcessMeter:
     """Measures a running process by pid between ``__enter__`` and ``__exit__``.
 
     ``with ProcessMeter(pid) as meter: ...`` then read ``meter.usage``.
-    With ``include_children`` the CPU and RSS of child processes alive at the
-    samples are added (a forking server with workers); CPU of a child that
-    exits inside the interval is lost.
     """
 
-    def __init__(
-        self,
-        pid: int,
-        *,
-        include_children: bool = False,
-        sample_interval_s: float = SAMPLE_INTERVAL_S,
-    ) -> None:
+    def __init__(self, pid: int, *, sample_interval_s: float = SAMPLE_INTERVAL_S) -> None:
         self._process = psutil.Process(pid)
-        self._include_children = include_children
         self._sample_interval_s = sample_interval_s
         self._stop = threading.Event()
         self._sampler = threading.Thread(target=self._sample_loop, daemon=True)
@@ -80,42 +68,28 @@ class ProcessMeter:
         self._sampler.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._sampler.join()
         wall_s = time.monotonic() - self._start_wall_s
         cpu_s = self._cpu_s() - self._start_cpu_s
         peak = max(self._peak_rss_bytes, self._rss_bytes())
-        if self._hwm_reset and not self._include_children:
+        if self._hwm_reset:
             peak = max(peak, _peak_rss_bytes(self._process.pid))
         self._usage = ProcessUsage(cpu_s=cpu_s, peak_rss_bytes=peak, wall_s=wall_s)
 
-    def _processes(self) -> list[psutil.Process]:
-        if not self._include_children:
-            return [self._process]
+    def _read(self, read: Callable[[psutil.Process], float]) -> float:
+        """``read`` of the process; 0 once it has ended."""
         try:
-            return [self._process, *self._process.children(recursive=True)]
+            return read(self._process)
         except psutil.NoSuchProcess:
-            return [self._process]
-
-    def _total(self, read: Callable[[psutil.Process], float]) -> float:
-        """``read`` summed over the measured processes (those that ended meanwhile count 0)."""
-        total = 0.0
-        for process in self._processes():
-            with contextlib.suppress(psutil.NoSuchProcess):
-                total += read(process)
-        return total
+            return 0.0
 
     def _cpu_s(self) -> float:
-        return self._total(lambda p: sum(p.cpu_times()[:2]))
+        return self._read(lambda p: sum(p.cpu_times()[:2]))
 
     def _rss_bytes(self) -> int:
-        return int(self._total(lambda p: p.memory_info().rss))
+        return int(self._read(lambda p: p.memory_info().rss))
 
     def _sample_loop(self) -> None:
         while not self._stop.wait(self._sample_interval_s):

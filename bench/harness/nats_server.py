@@ -38,8 +38,8 @@ class NatsServer:
     ``with`` block; leaving it stops the server and releases the directory.
     """
 
-    def __init__(self, *, binary: str | None = None) -> None:
-        self._binary = binary or find_nats_server()
+    def __init__(self) -> None:
+        self._binary = find_nats_server()
         self.directory: Path | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self.url = ""

@@ -31,6 +31,8 @@ from functools import partial
 import orjson
 from google.cloud import pubsub_v1
 
+from bench.report import quantile
+
 SENT = "sent-ns"
 PAYLOAD = b"x" * 1024
 NS_PER_MS = 1_000_000
@@ -39,20 +41,15 @@ STALL_S = 30.0
 
 
 def _quantiles(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {"p50": float("nan"), "p99": float("nan")}
-    ordered = sorted(values)
-    return {
-        "p50": statistics.median(ordered),
-        "p99": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))],
-    }
+    p50 = statistics.median(values) if values else float("nan")
+    return {"p50": p50, "p99": quantile(values, 0.99)}
 
 
 def publish(host: str, topics: list[str], rate: float, seconds: float, single: bool) -> None:
     os.environ["PUBSUB_EMULATOR_HOST"] = host
 
-    settings = pubsub_v1.types.BatchSettings(max_messages=1) if single else ()
-    publisher = pubsub_v1.PublisherClient(*([settings] if single else []))
+    unbatched = [pubsub_v1.types.BatchSettings(max_messages=1)] if single else []
+    publisher = pubsub_v1.PublisherClient(*unbatched)
     latencies: list[float] = []
     failures: list[str] = []
     lock = threading.Lock()
@@ -88,19 +85,15 @@ def publish(host: str, topics: list[str], rate: float, seconds: float, single: b
     time.sleep(0.2)  # the last callbacks
     behind_s = (time.monotonic_ns() - start) / 1e9 - seconds
     with lock:
-        print(
-            orjson.dumps(
-                {
-                    "sent": total,
-                    "acked": len(latencies),
-                    "failures": len(failures),
-                    "failure_kinds": sorted(set(failures)),
-                    "ack_ms": _quantiles(latencies),
-                    "finished_behind_s": behind_s,
-                }
-            ).decode(),
-            flush=True,
-        )
+        summary = {
+            "sent": total,
+            "acked": len(latencies),
+            "failures": len(failures),
+            "failure_kinds": sorted(set(failures)),
+            "ack_ms": _quantiles(latencies),
+            "finished_behind_s": behind_s,
+        }
+    print(orjson.dumps(summary).decode(), flush=True)
 
 
 def subscribe(host: str, subscriptions: list[str], expect: int, seconds: float) -> None:
@@ -143,16 +136,8 @@ def subscribe(host: str, subscriptions: list[str], expect: int, seconds: float) 
     for future in futures:
         future.cancel()
     with lock:
-        print(
-            orjson.dumps(
-                {
-                    "distinct": len(seen),
-                    "duplicates": duplicates,
-                    "e2e_ms": _quantiles(latencies),
-                }
-            ).decode(),
-            flush=True,
-        )
+        summary = {"distinct": len(seen), "duplicates": duplicates, "e2e_ms": _quantiles(latencies)}
+    print(orjson.dumps(summary).decode(), flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
