@@ -24,13 +24,11 @@ from api.convert.resources import (
     snapshot_body,
     snapshot_labels,
     subscription_body,
-    subscription_fields,
     subscription_from_body,
-    subscription_mask,
+    subscription_update,
     topic_body,
-    topic_changes,
     topic_from_body,
-    topic_mask,
+    topic_update,
 )
 from lakepubsub.messages import format_time_us
 
@@ -50,11 +48,9 @@ __all__ = [
     "snapshot_body",
     "snapshot_labels",
     "subscription_body",
-    "subscription_fields",
     "subscription_from_body",
-    "subscription_mask",
+    "subscription_update",
     "topic_body",
-    "topic_changes",
     "topic_from_body",
-    "topic_mask",
+    "topic_update",
 ]

@@ -293,6 +293,16 @@ def snapshot_body(snapshot: Snapshot) -> dict[str, Any]:
     return body
 
 
+def topic_update(body: m.UpdateTopicRequest) -> tuple[dict[str, Any], list[str]]:
+    """What an update of a topic changes: the fields its body sets, and its mask."""
+    return topic_changes(body.topic), topic_mask(body.update_mask)
+
+
+def subscription_update(body: m.UpdateSubscriptionRequest) -> tuple[dict[str, Any], list[str]]:
+    """What an update of a subscription changes: the fields its body sets, and its mask."""
+    return subscription_fields(body.subscription), subscription_mask(body.update_mask)
+
+
 def snapshot_labels(body: m.UpdateSnapshotRequest) -> dict[str, str]:
     """The labels an update sets; a snapshot's labels are all an update may change."""
     paths = [p.strip() for p in body.update_mask.split(",") if p.strip()]

@@ -98,8 +98,7 @@ def _create_topic(engine: Engine, name: Any, body: Any, request: Any) -> Answer:
 
 
 def _update_topic(engine: Engine, name: Any, body: Any, request: Any) -> Answer:
-    changes, mask = convert.topic_changes(body.topic), convert.topic_mask(body.update_mask)
-    return convert.topic_body(engine.update_topic(name, changes, mask))
+    return convert.topic_body(engine.update_topic(name, *convert.topic_update(body)))
 
 
 def _get_topic(engine: Engine, name: Any, body: Any, request: Any) -> Answer:
@@ -147,8 +146,7 @@ def _get_subscription(engine: Engine, name: Any, body: Any, request: Any) -> Ans
 
 
 def _update_subscription(engine: Engine, name: Any, body: Any, request: Any) -> Answer:
-    changes = convert.subscription_fields(body.subscription)
-    updated = engine.update_subscription(name, changes, convert.subscription_mask(body.update_mask))
+    updated = engine.update_subscription(name, *convert.subscription_update(body))
     return convert.subscription_body(updated)
 
 

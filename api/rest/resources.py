@@ -82,15 +82,13 @@ def add_routes(router: APIRouter, kind: Kind) -> None:
 
 
 def _update_topic(engine: Engine, name: TopicName, body: m.UpdateTopicRequest) -> Topic:
-    changes, mask = convert.topic_changes(body.topic), convert.topic_mask(body.update_mask)
-    return engine.update_topic(name, changes, mask)
+    return engine.update_topic(name, *convert.topic_update(body))
 
 
 def _update_subscription(
     engine: Engine, name: SubscriptionName, body: m.UpdateSubscriptionRequest
 ) -> Subscription:
-    changes = convert.subscription_fields(body.subscription)
-    return engine.update_subscription(name, changes, convert.subscription_mask(body.update_mask))
+    return engine.update_subscription(name, *convert.subscription_update(body))
 
 
 def _update_snapshot(engine: Engine, name: SnapshotName, body: m.UpdateSnapshotRequest) -> Snapshot:
