@@ -186,8 +186,9 @@ class Settings:
         and each must see the others' leases."""
         ms = self.lease_flush_ms
         if ms is None:
-            s3 = self.on_s3 and peered
-            ms = constants.S3_LEASE_FLUSH_MS if s3 else constants.LOCAL_LEASE_FLUSH_MS
+            if not peered:
+                return 0.0
+            ms = constants.S3_LEASE_FLUSH_MS if self.on_s3 else constants.LOCAL_LEASE_FLUSH_MS
         return ms / 1000
 
     def lease_commit_spacing_s(self, peered: bool = True) -> float:
