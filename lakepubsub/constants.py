@@ -238,3 +238,7 @@ MAX_SCHEMAS_PER_PROJECT = 10_000
 COMPILED_SCHEMAS_CACHED = 256
 # protoc (grpcio-tools) compiling one .proto definition gets this long.
 PROTOC_TIMEOUT_S = 30.0
+# Decoded messages files a process keeps in memory (lakepubsub/publish/decoded.py):
+# what its publishers just wrote and its dispatchers read, so a delivery reads
+# no file it wrote and a backlog's file is decoded once, not once per pull.
+DECODED_FILES_BYTES = 64 * 1024 * 1024

@@ -34,6 +34,20 @@ PEER_UNREACHABLE = Counter(
 )
 PUBLISHED = Counter("lakepubsub_published_messages_total", "Messages published")
 DELIVERED = Counter("lakepubsub_delivered_messages_total", "Messages handed out by pull")
+DECODED_HITS = Counter(
+    "lakepubsub_decoded_file_hits_total",
+    "Reads of a messages file answered from the process's decoded files "
+    "(lakepubsub/publish/decoded.py)",
+)
+DECODED_MISSES = Counter(
+    "lakepubsub_decoded_file_misses_total", "Reads of a messages file that decoded it"
+)
+PULL_ANSWER_MESSAGES = Histogram(
+    "lakepubsub_pull_answer_messages",
+    "Messages in each answer a dispatcher cycle gives a pull (small answers: many "
+    "cycles, each with its fixed cost)",
+    buckets=_ROWS_BUCKETS,
+)
 RELEASED = Counter(
     "lakepubsub_released_deliveries_total",
     "Deliveries given back unseen: their pull, stream or long poll ended before they "

@@ -194,8 +194,9 @@ class CycleTables:
     def _must_commit(self, sub: Subscription, table: LeaseTable, truncates: Truncates) -> bool:
         """Whether this cycle commits, or leaves its changes in memory for a later one:
         an exactly-once subscription confirms nothing before it is stored, nor do
-        truncations, seeks and dead-lettering wait; the others wait up to the lease
-        flush window."""
+        truncations, seeks and dead-lettering wait; a push subscription may also be
+        dispatched by ``lakepubsub push`` processes, which are not peered and must
+        see its leases; the others wait up to the lease flush window."""
         flush_s = self._settings.lease_flush_s(self._context.peered())
         if (
             flush_s <= 0
@@ -203,6 +204,7 @@ class CycleTables:
             or truncates
             or self.claimer.moved
             or sub.enable_exactly_once_delivery
+            or sub.push_config.is_push
             or table.pending >= MAX_DEFERRED_LEASE_CHANGES
         ):
             return True

@@ -335,6 +335,7 @@ class Dispatcher:
                 self._cond.notify()
         for pull, take in answers:  # outside the lock: callbacks run here
             pull.future.set_result(take)
+            metrics.PULL_ANSWER_MESSAGES.observe(len(take))
         metrics.DELIVERED.inc(sum(len(take) for _, take in answers))
         metrics.RELEASED.inc(len(unseen))
 

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from lakepubsub import metrics
 from lakepubsub._lake import DataFile, Lake, TableLog, storage_errors, table_schemas
+from lakepubsub.publish.decoded import DECODED
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -186,15 +187,9 @@ class MessagesTable:
         parts = []
         with storage_errors(self.uri):
             for path in paths:
-                parquet = pq.ParquetFile(self._log.open_file(path))
-                groups = _row_groups(parquet.metadata, lo, hi)
-                rows = (
-                    parquet.read(use_threads=False)
-                    if groups is None
-                    else parquet.read_row_groups(groups, use_threads=False)
-                )
-                if rows.schema != table_schemas.MESSAGES:  # files by other writers
-                    rows = rows.select(table_schemas.MESSAGES.names).cast(table_schemas.MESSAGES)
+                rows = DECODED.get(self.uri, path)
+                if rows is None:
+                    rows = self._decode(path, lo, hi)
                 if lo is not None and hi is not None and not self._within(path, lo, hi):
                     offsets = rows["offset"]
                     rows = rows.filter(pc.and_(pc.greater_equal(offsets, lo), pc.less(offsets, hi)))
@@ -204,6 +199,22 @@ class MessagesTable:
         if not parts:
             return table_schemas.MESSAGES.empty_table()
         return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+
+    def _decode(self, path: str, lo: int | None, hi: int | None) -> pa.Table:
+        """The rows of ``path``'s row groups that may hold ``[lo, hi)``; a file read
+        whole is kept decoded (``DECODED``)."""
+        parquet = pq.ParquetFile(self._log.open_file(path))
+        groups = _row_groups(parquet.metadata, lo, hi)
+        rows = (
+            parquet.read(use_threads=False)
+            if groups is None
+            else parquet.read_row_groups(groups, use_threads=False)
+        )
+        if rows.schema != table_schemas.MESSAGES:  # files by other writers
+            rows = rows.select(table_schemas.MESSAGES.names).cast(table_schemas.MESSAGES)
+        if groups is None:
+            DECODED.put(self.uri, path, rows)
+        return rows
 
     def _within(self, path: str, lo: int, hi: int) -> bool:
         f = self._log.files.get(path)
@@ -255,6 +266,8 @@ class MessagesTable:
         metrics.COMMITS.labels("messages").inc()
         metrics.COMMIT_SECONDS.labels("messages").observe(time.perf_counter() - started)
         metrics.ROWS_PER_COMMIT.labels("messages").observe(batch.num_rows)
+        if batch.schema == table_schemas.MESSAGES:  # the dispatchers read it next
+            DECODED.put(self.uri, add["add"]["path"], batch)
         self._sync()
         return version
 
