@@ -189,7 +189,7 @@ class MessagesTable:
             for path in paths:
                 rows = DECODED.get(self.uri, path)
                 if rows is None:
-                    rows = self._decode(path, lo, hi)
+                    rows = _decode(self._log, self.uri, path, lo, hi)
                 if lo is not None and hi is not None and not self._within(path, lo, hi):
                     offsets = rows["offset"]
                     rows = rows.filter(pc.and_(pc.greater_equal(offsets, lo), pc.less(offsets, hi)))
@@ -199,22 +199,6 @@ class MessagesTable:
         if not parts:
             return table_schemas.MESSAGES.empty_table()
         return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-
-    def _decode(self, path: str, lo: int | None, hi: int | None) -> pa.Table:
-        """The rows of ``path``'s row groups that may hold ``[lo, hi)``; a file read
-        whole is kept decoded (``DECODED``)."""
-        parquet = pq.ParquetFile(self._log.open_file(path))
-        groups = _row_groups(parquet.metadata, lo, hi)
-        rows = (
-            parquet.read(use_threads=False)
-            if groups is None
-            else parquet.read_row_groups(groups, use_threads=False)
-        )
-        if rows.schema != table_schemas.MESSAGES:  # files by other writers
-            rows = rows.select(table_schemas.MESSAGES.names).cast(table_schemas.MESSAGES)
-        if groups is None:
-            DECODED.put(self.uri, path, rows)
-        return rows
 
     def _within(self, path: str, lo: int, hi: int) -> bool:
         f = self._log.files.get(path)
@@ -382,6 +366,23 @@ def numbered(columns: pa.Table, head: int) -> pa.Table:
         },
         schema=table_schemas.MESSAGES,
     )
+
+
+def _decode(log: TableLog, uri: str, path: str, lo: int | None, hi: int | None) -> pa.Table:
+    """The rows of ``path``'s row groups that may hold ``[lo, hi)``; a file read whole
+    is kept decoded (``DECODED``)."""
+    parquet = pq.ParquetFile(log.open_file(path))
+    groups = _row_groups(parquet.metadata, lo, hi)
+    rows = (
+        parquet.read(use_threads=False)
+        if groups is None
+        else parquet.read_row_groups(groups, use_threads=False)
+    )
+    if rows.schema != table_schemas.MESSAGES:  # files by other writers
+        rows = rows.select(table_schemas.MESSAGES.names).cast(table_schemas.MESSAGES)
+    if groups is None:
+        DECODED.put(uri, path, rows)
+    return rows
 
 
 def _row_groups(metadata: pq.FileMetaData, lo: int | None, hi: int | None) -> list[int] | None:
