@@ -376,7 +376,7 @@ def run_all(
         ),
     ]
     ack_s = workload.ack_deadline_s
-    with servers(fresh=fresh_server, serve=True) as lakepubsub_server:
+    with servers(fresh=fresh_server, serve=True, grpc_port=True) as lakepubsub_server:
         for name, run in cases:
             for i in range(workload.runs):
                 for system in SYSTEMS:

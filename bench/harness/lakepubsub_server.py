@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -117,6 +118,7 @@ class LakePubSubServer:
         log: Path | None = None,
         log_level: str = "info",
         inherit_env: bool = False,
+        grpc_port: bool = False,
     ) -> None:
         self._joins = joins
         self.s3: bool = s3 if joins is None else joins.s3
@@ -146,6 +148,9 @@ class LakePubSubServer:
         # Whether the server gets this process's whole environment, or none of its
         # LAKEPUBSUB_ and AWS_ settings.
         self._inherit_env = inherit_env
+        # ``serve --grpc-port``: Google's clients reach grpcio on a port of its own
+        # (chosen once, kept for ``restart``), not through the shared port's relay.
+        self.grpc_port = _free_port() if grpc_port and serve else 0
 
     def __enter__(self) -> LakePubSubServer:
         self.directory = scratch.directory("bench-lakepubsub-")
@@ -213,6 +218,7 @@ class LakePubSubServer:
                 sys.executable, "-c", "from lakepubsub.cli import main; main()",
                 "--lake", self.lake, "serve", "--host", "127.0.0.1", "--port", str(self.port),
                 "--no-access-log", "--log-level", self._log_level,
+                *(["--grpc-port", str(self.grpc_port)] if self.grpc_port else []),
             ]  # fmt: skip
         log_path = self.log_path
         assert log_path is not None
@@ -256,6 +262,8 @@ class LakePubSubServer:
     @property
     def emulator_host(self) -> str:
         """``PUBSUB_EMULATOR_HOST`` for Google's clients (gRPC; ``serve=True`` servers only)."""
+        if self.grpc_port:
+            return f"127.0.0.1:{self.grpc_port}"
         return self.url.removeprefix("http://")
 
     def counters(self) -> Counters:
@@ -357,3 +365,10 @@ def _wait_healthy(process: subprocess.Popen[bytes], url: str, log_path: Path) ->
                 return
         time.sleep(0.05)
     raise BenchError(f"{url} did not answer:\n{log_path.read_text(errors='replace')}")
+
+
+def _free_port() -> int:
+    """A loopback port free now (the server binds it a moment later)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

@@ -145,6 +145,13 @@ def main(
     type=click.IntRange(0, MAX_PORT),
     help="Port for REST and gRPC alike (0: a free one, printed at start).",
 )
+@click.option(
+    "--grpc-port",
+    default=None,
+    type=click.IntRange(1, MAX_PORT),
+    help="Also serve gRPC on this port by itself, on HOST (no relay through the shared "
+    "port: less CPU per message; LAKEPUBSUB_GRPC_ADDRESS).",
+)
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1), help="Processes.")
 @click.option(
     "--tls-cert",
@@ -167,6 +174,7 @@ def serve(
     ctx: click.Context,
     host: str,
     port: int,
+    grpc_port: int | None,
     workers: int,
     tls_cert: str | None,
     tls_key: str | None,
@@ -184,6 +192,12 @@ def serve(
     lake = check_lake(ctx.ensure_object(dict)["lake"])
     os.environ["LAKEPUBSUB_LAKE"] = lake
     click.echo(f"lakepubsub: lake {lake}, http{'s' if tls_cert else ''}://{host}:{port}")
+    if grpc_port is not None:  # read by each worker's gRPC door (api/grpc/door.py)
+        os.environ["LAKEPUBSUB_GRPC_ADDRESS"] = f"{host}:{grpc_port}"
+        if tls_cert and tls_key:
+            os.environ["LAKEPUBSUB_GRPC_TLS_CERT"] = tls_cert
+            os.environ["LAKEPUBSUB_GRPC_TLS_KEY"] = tls_key
+        click.echo(f"lakepubsub: gRPC also at {host}:{grpc_port}")
     uvicorn.run(
         "api.app:create_app",
         factory=True,

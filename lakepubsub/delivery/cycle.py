@@ -27,7 +27,6 @@ from lakepubsub.delivery.planning import (
     apply,
     apply_pull_deadlines,
     policy_of,
-    received,
     truncate,
 )
 from lakepubsub.delivery.requests import (
@@ -178,9 +177,9 @@ class CycleTables:
                 events.append(None)
             else:
                 events.append(truncate(planner, messages, request))
-        claims = self.claimer.claim(sub, planner, messages, demand) if demand else []
+        deliveries = self.claimer.claim(sub, planner, messages, demand) if demand else []
         if not uniform:
-            apply_pull_deadlines(planner, [c for c, _ in claims], pulls)
+            apply_pull_deadlines(planner, deliveries, pulls)
         if planner.dirty or table.pending:
             if self._must_commit(sub, table, truncates):
                 table.commit(planner)
@@ -188,7 +187,6 @@ class CycleTables:
             elif planner.dirty:
                 table.defer(planner)
         self._observe(sub, planner, messages, ack_results, acks)
-        deliveries = [received(claim, message) for claim, message in claims]
         return ack_results, events, deliveries
 
     def _must_commit(self, sub: Subscription, table: LeaseTable, truncates: Truncates) -> bool:

@@ -342,21 +342,28 @@ class Planner:
         self.changed[(kind, offset)] = leased
         return _new(Claim, (leased, _new(AckId, (self.policy.tag, kind, offset, delivery))))
 
-    def lease_new(self, offsets: list[int], ordering_keys: list[str | None]) -> list[Claim]:
+    def lease_new(self, offsets: list[int], ordering_keys: list[str | None]) -> list[str]:
         """``lease`` for messages past the frontier (no row yet), in bulk: the rows
-        ``lease`` would make of new rows, without building those rows first."""
+        ``lease`` would make, and their ack ids (as text: the delivery's answer) built
+        in one pass each, without a ``Claim`` or ``AckId`` per message."""
         first = self.cursor.next_delivery
         self.cursor.next_delivery = first + len(offsets)
+        deliveries = range(first, first + len(offsets))
         deadline_us = self.now_us + self.policy.lease_us
-        tag, kind, changed = self.policy.tag, table_schemas.KIND_MESSAGE, self.changed
-        claims = []
-        for delivery, offset, key in zip(
-            range(first, first + len(offsets)), offsets, ordering_keys, strict=True
-        ):
-            leased = _new(Row, (kind, offset, delivery, 1, LEASED, deadline_us, key, None))
-            changed[(kind, offset)] = leased
-            claims.append(_new(Claim, (leased, _new(AckId, (tag, kind, offset, delivery)))))
-        return claims
+        kind = table_schemas.KIND_MESSAGE
+        self.changed.update(
+            {
+                (kind, offset): _new(
+                    Row, (kind, offset, delivery, 1, LEASED, deadline_us, key, None)
+                )
+                for offset, delivery, key in zip(offsets, deliveries, ordering_keys, strict=True)
+            }
+        )
+        prefix = f"{self.policy.tag}-m"
+        return [
+            f"{prefix}{offset}-{delivery}"
+            for offset, delivery in zip(offsets, deliveries, strict=True)
+        ]
 
     def set_lease_deadline(self, key: Key, deadline_s: int, slack_us: int = 0) -> None:
         """Give a row leased by this plan a deadline of its own (``deadline_s`` from now,

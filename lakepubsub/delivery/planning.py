@@ -12,7 +12,7 @@ from collections.abc import Callable
 import orjson
 
 from lakepubsub._lake import table_schemas
-from lakepubsub.delivery.ackids import subscription_tag
+from lakepubsub.delivery.ackids import AckId, subscription_tag
 from lakepubsub.delivery.leases import LEASE_SLACK_US, RELEASE, Row
 from lakepubsub.delivery.planner import Claim, Planner, Policy
 from lakepubsub.delivery.requests import AckRequest, PullRequest, TruncateRequest
@@ -30,7 +30,6 @@ from lakepubsub.resources.subscriptions import Subscription, parse_subscription_
 
 # Publishes dead-lettered messages to a topic; returns once they are committed.
 DeadLetterSink = Callable[[TopicName, list[PublishMessage]], None]
-Claims = list[tuple[Claim, Message | TruncationEvent]]
 
 # Per cycle: at most this many messages dead-lettered, and at most this many
 # offsets scanned past the frontier when a filter or ordering skips messages.
@@ -63,20 +62,21 @@ class Claimer:
 
     def claim(
         self, sub: Subscription, planner: Planner, messages: MessagesTable, demand: int
-    ) -> Claims:
+    ) -> list[ReceivedMessage]:
+        """The deliveries for ``demand``: ready rows (events first), then new messages."""
         ready = planner.available()
         exhausted = [r for r in ready if planner.exhausted(r)][:MAX_DEAD_LETTERS_PER_CYCLE]
         ready = [r for r in ready if not planner.exhausted(r)][:demand]
         wanted = [r.offset for r in exhausted + ready if r.kind == table_schemas.KIND_MESSAGE]
         found = {m.offset: m for m in from_arrow(messages.read_offsets(wanted))}
         self._move_to_dead_letter(sub, planner, exhausted, found)
-        claims: Claims = []
+        claims: list[ReceivedMessage] = []
         for row in ready:
             if row.kind == table_schemas.KIND_EVENT:
                 event = TruncationEvent.from_json(orjson.loads(row.event or "{}"))
-                claims.append((planner.lease(row), event))
+                claims.append(received(planner.lease(row), event))
             elif row.offset in found:
-                claims.append((planner.lease(row), found[row.offset]))
+                claims.append(received(planner.lease(row), found[row.offset]))
             else:  # the message is gone (retention); nothing left to deliver
                 planner.drop(row.key)
         self._claim_new(sub, planner, messages, demand, claims)
@@ -88,7 +88,7 @@ class Claimer:
         planner: Planner,
         messages: MessagesTable,
         demand: int,
-        claims: Claims,
+        claims: list[ReceivedMessage],
     ) -> None:
         """Lease messages past the frontier: filtered out ones count as acknowledged,
         ones behind a busy ordering key are held."""
@@ -128,10 +128,13 @@ class Claimer:
                         break
             else:  # every message read (and passed) goes, up to the demand
                 taken = from_arrow(table.slice(0, wanted))
-            leased = planner.lease_new(
+            ack_ids = planner.lease_new(
                 [m.offset for m in taken], [m.ordering_key or None for m in taken]
             )
-            claims.extend(zip(leased, taken, strict=True))
+            new = tuple.__new__
+            claims.extend(
+                [new(ReceivedMessage, (a, 1, m, None)) for a, m in zip(ack_ids, taken, strict=True)]
+            )
             if len(taken) == wanted:
                 end = taken[-1].offset + 1
             planner.advance(end)
@@ -221,16 +224,20 @@ def policy_of(sub: Subscription) -> Policy:
     )
 
 
-def apply_pull_deadlines(planner: Planner, claims: list[Claim], pulls: list[PullRequest]) -> None:
-    """Give each claim the lease of the pull it goes to (the dispatcher serves the
-    planned pulls in order, each its ``max_messages``)."""
+def apply_pull_deadlines(
+    planner: Planner, deliveries: list[ReceivedMessage], pulls: list[PullRequest]
+) -> None:
+    """Give each delivery the lease of the pull it goes to (the dispatcher serves the
+    planned pulls in order, each its ``max_messages``). Only a cycle whose pulls ask
+    for different deadlines comes here: it parses the ack ids for their rows."""
     at = 0
     for pull in pulls:
-        share = claims[at : at + pull.max_messages]
+        share = deliveries[at : at + pull.max_messages]
         at += pull.max_messages
         if pull.ack_deadline_s is not None:
-            for claim in share:
-                planner.set_lease_deadline(claim.row.key, pull.ack_deadline_s, LEASE_SLACK_US)
+            for delivery in share:
+                key = AckId.parse(delivery.ack_id).key
+                planner.set_lease_deadline(key, pull.ack_deadline_s, LEASE_SLACK_US)
 
 
 def received(claim: Claim, item: Message | TruncationEvent) -> ReceivedMessage:

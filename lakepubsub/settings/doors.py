@@ -1,5 +1,5 @@
-"""The doors' settings: who may call (API keys, JWTs, anonymous callers) and how
-often the console samples the lake.
+"""The doors' settings: who may call (API keys, JWTs, anonymous callers), how
+often the console samples the lake, and the gRPC door's own listening address.
 
 Read here with the rest of the environment; ``api/auth/`` turns the keys into
 principals and grants (it checks the IAM names, which this package does not
@@ -123,3 +123,31 @@ def parse_api_keys(raw: str) -> tuple[KeySpec, ...]:
             )
         )
     return tuple(specs)
+
+
+@dataclass(frozen=True)
+class GrpcListen:
+    """Where the gRPC door also listens by itself (``LAKEPUBSUB_GRPC_ADDRESS``,
+    ``host:port``; ``serve --grpc-port`` sets it), beside the one port it shares
+    with REST; empty: only there. With ``tls_cert`` and ``tls_key`` (PEM files,
+    ``LAKEPUBSUB_GRPC_TLS_CERT``/``_KEY``, which ``serve --tls-cert``/``--tls-key``
+    set) it serves TLS."""
+
+    address: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> GrpcListen:
+        env = os.environ if environ is None else environ
+        address = env.get("LAKEPUBSUB_GRPC_ADDRESS", "").strip()
+        host, _, port = address.rpartition(":")
+        if address and not (host and port.isdigit() and int(port) < 2**16):
+            raise errors.InvalidArgument("LAKEPUBSUB_GRPC_ADDRESS must be host:port")
+        cert = env.get("LAKEPUBSUB_GRPC_TLS_CERT", "").strip()
+        key = env.get("LAKEPUBSUB_GRPC_TLS_KEY", "").strip()
+        if bool(cert) != bool(key):
+            raise errors.InvalidArgument(
+                "LAKEPUBSUB_GRPC_TLS_CERT and LAKEPUBSUB_GRPC_TLS_KEY go together"
+            )
+        return cls(address, cert, key)

@@ -6,9 +6,11 @@ import datetime
 import ssl
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import grpc
 import httpx
+import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -16,6 +18,9 @@ from cryptography.x509.oid import NameOID
 from google.pubsub_v1.types import pubsub as ps
 from grpckit import LAKEPUBSUB
 from support import free_port, wait_for_port
+
+from lakepubsub import errors
+from lakepubsub.settings.doors import GrpcListen
 
 
 def _self_signed(directory: Path) -> tuple[Path, Path]:
@@ -69,3 +74,63 @@ def test_grpc_and_rest_over_tls_on_one_port(tmp_path: Path) -> None:
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def test_the_grpc_port_of_its_own_serves_tls_and_plain_grpc(tmp_path: Path) -> None:
+    """``serve --grpc-port``: gRPC also on a port of its own (no relay), over TLS when
+    the server has a certificate; what it does is seen through the shared port."""
+    cert, key = _self_signed(tmp_path)
+    port, grpc_port, plain_port, plain_grpc = free_port(), free_port(), free_port(), free_port()
+    secure = subprocess.Popen(
+        [LAKEPUBSUB, "--lake", str(tmp_path / "lake"), "serve", "--port", str(port),
+         "--grpc-port", str(grpc_port), "--tls-cert", str(cert), "--tls-key", str(key),
+         "--log-level", "warning"],
+    )  # fmt: skip
+    plain = subprocess.Popen(
+        [LAKEPUBSUB, "--lake", str(tmp_path / "lake2"), "serve", "--port", str(plain_port),
+         "--grpc-port", str(plain_grpc), "--log-level", "warning"],
+    )  # fmt: skip
+    try:
+        wait_for_port(grpc_port)
+        wait_for_port(plain_grpc)
+        credentials = grpc.ssl_channel_credentials(root_certificates=cert.read_bytes())
+        with grpc.secure_channel(f"localhost:{grpc_port}", credentials) as channel:
+            topic = _create_topic(channel, "projects/demo/topics/direct")
+        assert topic.name == "projects/demo/topics/direct"
+        with httpx.Client(verify=ssl.create_default_context(cafile=str(cert))) as http:
+            got = http.get(f"https://localhost:{port}/v1/projects/demo/topics/direct")
+        assert got.json()["name"] == "projects/demo/topics/direct"
+        with grpc.insecure_channel(f"127.0.0.1:{plain_grpc}") as channel:
+            assert _create_topic(channel, "projects/demo/topics/plain").name.endswith("/plain")
+        got = httpx.get(f"http://127.0.0.1:{plain_port}/v1/projects/demo/topics/plain")
+        assert got.status_code == 200
+    finally:
+        for process in (secure, plain):
+            process.terminate()
+            process.wait(timeout=30)
+
+
+def _create_topic(channel: grpc.Channel, name: str) -> Any:
+    create = channel.unary_unary(
+        "/google.pubsub.v1.Publisher/CreateTopic",
+        request_serializer=lambda m: m.SerializeToString(),
+        response_deserializer=ps.Topic.pb().FromString,
+    )
+    return create(ps.Topic.pb()(name=name), timeout=30)
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"LAKEPUBSUB_GRPC_ADDRESS": "8443"},
+        {"LAKEPUBSUB_GRPC_ADDRESS": "host:port"},
+        {"LAKEPUBSUB_GRPC_ADDRESS": "host:70000"},
+        {"LAKEPUBSUB_GRPC_ADDRESS": "h:1", "LAKEPUBSUB_GRPC_TLS_CERT": "c.pem"},
+    ],
+)
+def test_a_bad_grpc_address_or_half_a_certificate_is_refused(env: dict[str, str]) -> None:
+    with pytest.raises(errors.InvalidArgument):
+        GrpcListen.from_env(env)
+    assert (
+        GrpcListen.from_env({"LAKEPUBSUB_GRPC_ADDRESS": "0.0.0.0:8443"}).address == "0.0.0.0:8443"
+    )
