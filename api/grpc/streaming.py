@@ -37,6 +37,7 @@ import grpc
 from google.pubsub_v1.types import pubsub as ps
 
 from api.grpc.door import GRPC_REQUESTS, Call, GrpcDoor, abort, failure_of, parse
+from api.grpc.streams import Lot
 from api.grpc.wire import add_received, subscription_name
 from api.pulls import start_pull
 from lakepubsub import Engine, SubscriptionName, constants, errors
@@ -82,12 +83,14 @@ class Stream:
         if self.max_messages <= 0:
             self.max_messages = DEFAULT_MAX_OUTSTANDING
         self.max_bytes = max(0, first.max_outstanding_bytes)
-        # ack id -> (bytes, lease end) on time.monotonic(): the lease ends by then
-        # plus the slack (the pull's answer came later than the dispatcher's plan).
-        self.out: dict[str, tuple[int, float]] = {}
+        # The answers the stream holds (``Lot``: its room until acked, nacked or
+        # their leases end, on time.monotonic(); a lease ends by then plus the slack,
+        # the pull's answer came later than the dispatcher's plan), and their sum.
+        self.lots: set[Lot] = set()
+        self.out_count = 0
         self.out_bytes = 0
-        # No delivery in ``out`` expires before this (a lower bound: leases only
-        # get longer), so ``room`` looks for expired ones only once it has passed.
+        # No lot ends before this (a lower bound), so ``room`` looks for ended ones
+        # only once it has passed.
         self._soonest = float("inf")
         self.room_changed = asyncio.Event()
         self._write_lock = asyncio.Lock()
@@ -100,21 +103,16 @@ class Stream:
 
     # -- flow control -----------------------------------------------------------------------
 
-    def release(self, ack_ids: list[str]) -> None:
-        pop = self.out.pop
-        for ack_id in ack_ids:
-            entry = pop(ack_id, None)
-            if entry is not None:
-                self.out_bytes -= entry[0]
+    def freed(self, lot: Lot, count: int, size: int) -> None:
+        """``count`` deliveries of ``lot`` (``size`` bytes) left the room."""
+        self.out_count -= count
+        self.out_bytes -= size
+        if lot.left <= 0:
+            self.lots.discard(lot)
         self.room_changed.set()
 
-    def extend(self, ack_ids: list[str], until: float) -> None:
-        """Those of ``ack_ids`` this stream has out now last until ``until``."""
-        out = self.out
-        for ack_id in ack_ids:
-            entry = out.get(ack_id)
-            if entry is not None:
-                out[ack_id] = (entry[0], until)
+    def held_until(self, until: float) -> None:
+        """A lot's room is now held until ``until`` (a deadline change)."""
         self._soonest = min(self._soonest, until)
 
     def _lease_s(self) -> int:
@@ -124,13 +122,12 @@ class Stream:
         """How many messages the stream may be sent now (0: wait for acks)."""
         now = time.monotonic()
         if now >= self._soonest:
-            expired = [a for a, (_, until) in self.out.items() if until <= now]
-            if expired:
-                self.door.streams.settled(expired)
-            self._soonest = min((entry[1] for entry in self.out.values()), default=float("inf"))
+            for lot in [lot for lot in self.lots if lot.until <= now]:
+                self.door.streams.expired(lot)
+            self._soonest = min((lot.until for lot in self.lots), default=float("inf"))
         if self.max_bytes and self.out_bytes >= self.max_bytes:
             return 0
-        return max(0, min(self.max_messages - len(self.out), STREAM_PULL_MESSAGES))
+        return max(0, min(self.max_messages - self.out_count, STREAM_PULL_MESSAGES))
 
     def _next_expiry_s(self) -> float:
         return max(0.01, min(ROOM_RECHECK_S, self._soonest - time.monotonic()))
@@ -187,7 +184,8 @@ class Stream:
             for task in waiting:
                 task.cancel()
             self._give_back()
-            self.door.streams.closed(self)
+            for lot in self.lots:
+                self.door.streams.forget(lot)
 
     def _give_back(self) -> None:
         """The stream ended: withdraw its pull, release what it never wrote."""
@@ -217,12 +215,11 @@ class Stream:
         """Deliveries take the stream's room from now until acked, nacked or expired."""
         until = time.monotonic() + lease_s
         self._soonest = min(self._soonest, until)
-        out = self.out
-        for r in received:
-            size = r.message.size if r.message is not None else 0
-            out[r.ack_id] = (size, until)
-            self.out_bytes += size
-        self.door.streams.delivered(self, [r.ack_id for r in received])
+        size = sum(r.message.size for r in received if r.message is not None)
+        lot = self.door.streams.delivered(self, [r.ack_id for r in received], size, until)
+        self.lots.add(lot)
+        self.out_count += lot.left
+        self.out_bytes += size
 
     async def _send(self, received: list[ReceivedMessage]) -> None:
         for at in range(0, len(received), constants.MAX_PULL_MESSAGES):
