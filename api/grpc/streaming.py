@@ -42,6 +42,7 @@ from api.grpc.wire import add_received, subscription_name
 from api.pulls import start_pull
 from lakepubsub import Engine, SubscriptionName, constants, errors
 from lakepubsub.messages import ReceivedMessage
+from lakepubsub.metrics import DEADLINE_CHANGES_UNCHANGED
 
 log = logging.getLogger(__name__)
 
@@ -169,11 +170,11 @@ class Stream:
                 if not pulled.done():
                     continue  # the loop ends, or ends the stream; the pull is cancelled then
                 waiting.discard(pulled)
-                received, lease_s = pulled.result()
+                received, lease_s, started = pulled.result()
                 pulled, self._pending, self._unsent = None, None, received
                 if not received:
                     continue
-                self._record(received, lease_s)
+                self._record(received, lease_s, started)
                 room = self.room()
                 if room > 0:
                     pulled = asyncio.ensure_future(self._pull(room))
@@ -202,21 +203,24 @@ class Stream:
                 None, _withdraw_and_release, engine, self.name, pending, unsent
             )
 
-    async def _pull(self, room: int) -> tuple[list[ReceivedMessage], int]:
-        """Deliveries and their lease."""
+    async def _pull(self, room: int) -> tuple[list[ReceivedMessage], int, float]:
+        """Deliveries, their lease, and when the pull started (time.monotonic())."""
         lease_s = self._lease_s()
+        started = time.monotonic()
         future = await start_pull(
             self.door.engine, self.name, max_messages=room, ack_deadline_s=lease_s
         )
         self._pending = future
-        return await asyncio.wrap_future(future), lease_s
+        return await asyncio.wrap_future(future), lease_s, started
 
-    def _record(self, received: list[ReceivedMessage], lease_s: int) -> None:
+    def _record(self, received: list[ReceivedMessage], lease_s: int, started: float) -> None:
         """Deliveries take the stream's room from now until acked, nacked or expired."""
         until = time.monotonic() + lease_s
         self._soonest = min(self._soonest, until)
         size = sum(r.message.size for r in received if r.message is not None)
-        lot = self.door.streams.delivered(self, [r.ack_id for r in received], size, until)
+        ack_ids = [r.ack_id for r in received]
+        lease = None if self.exactly_once else (lease_s, started)
+        lot = self.door.streams.delivered(self, ack_ids, size, until, lease)
         self.lots.add(lot)
         self.out_count += lot.left
         self.out_bytes += size
@@ -265,6 +269,9 @@ class Stream:
 
     async def _settle(self, ack_ids: list[str], seconds: int | None) -> None:
         streams = self.door.streams
+        if seconds is not None and streams.unchanged(self.name, ack_ids, seconds):
+            DEADLINE_CHANGES_UNCHANGED.inc(len(ack_ids))
+            return
         # A malformed id fails alone, as on every door (ackids.split_malformed).
         engine = self.door.engine
         if seconds is None:

@@ -22,12 +22,18 @@ from itertools import repeat
 from typing import Protocol
 
 from lakepubsub import constants
+from lakepubsub.delivery.leases import LEASE_SLACK_US
+from lakepubsub.resources.names import SubscriptionName
+
+# How far past the pull's lease a stream's leases run, in seconds.
+LEASE_SLACK_S = LEASE_SLACK_US / constants.US_PER_S
 
 
 class Holder(Protocol):
     """What ``Streams`` needs of a stream (``streaming.Stream``)."""
 
     lease_s: int | None
+    name: SubscriptionName
 
     def freed(self, lot: Lot, count: int, size: int) -> None: ...
 
@@ -38,14 +44,25 @@ class Lot:
     """The deliveries of one answer a stream holds: how many are not settled yet,
     their bytes, and until when their room is held (time.monotonic())."""
 
-    __slots__ = ("ack_ids", "left", "size", "stream", "until")
+    __slots__ = ("ack_ids", "lease_s", "left", "pulled_at", "size", "stream", "until")
 
-    def __init__(self, stream: Holder, ack_ids: list[str], size: int, until: float) -> None:
+    def __init__(
+        self,
+        stream: Holder,
+        ack_ids: list[str],
+        size: int,
+        until: float,
+        lease: tuple[int, float] | None = None,
+    ) -> None:
         self.stream = stream
         self.ack_ids = ack_ids
         self.left = len(ack_ids)
         self.size = size
         self.until = until
+        # The lease its pull asked for and when the pull started (time.monotonic()),
+        # while no deadline change has reached the dispatcher: ``Streams.unchanged``.
+        # None with exactly-once, whose every change the dispatcher checks.
+        self.lease_s, self.pulled_at = lease if lease is not None else (0, 0.0)
 
     def settle(self, count: int) -> None:
         """``count`` of its deliveries were settled: their share of the bytes frees."""
@@ -63,8 +80,15 @@ class Streams:
     def __init__(self) -> None:
         self._lot_of: dict[str, Lot] = {}
 
-    def delivered(self, stream: Holder, ack_ids: list[str], size: int, until: float) -> Lot:
-        lot = Lot(stream, ack_ids, size, until)
+    def delivered(
+        self,
+        stream: Holder,
+        ack_ids: list[str],
+        size: int,
+        until: float,
+        lease: tuple[int, float] | None = None,
+    ) -> Lot:
+        lot = Lot(stream, ack_ids, size, until, lease)
         self._lot_of.update(dict.fromkeys(ack_ids, lot))
         return lot
 
@@ -75,6 +99,34 @@ class Streams:
             return
         for lot, count in collections.Counter(found).items():
             lot.settle(count)
+
+    def unchanged(self, name: SubscriptionName, ack_ids: list[str], seconds: int) -> bool:
+        """Whether a deadline change of ``ack_ids`` of ``name`` to ``seconds`` is known
+        to leave every lease as it is, without the dispatcher: each id is out on a
+        stream of ``name`` in this process, in an answer whose pull asked for this
+        very lease (a stream leases for the client's latest deadline change, and
+        Google's clients send one for every message received) and started at most
+        the lease slack ago, with no deadline change since. The dispatcher leased
+        those messages after the pull started, until then plus ``seconds`` plus the
+        slack, so the change asks for no more, and at most the slack less
+        (``planner.lease_holds``). Never with exactly-once: such lots have no lease
+        here."""
+        if seconds <= 0 or not ack_ids:
+            return False
+        latest = time.monotonic() - LEASE_SLACK_S
+        lots = set(map(self._lot_of.get, ack_ids))
+        for lot in lots:
+            if (
+                lot is None
+                or lot.lease_s != seconds
+                or lot.pulled_at < latest
+                or lot.stream.name != name
+            ):
+                return False
+        for lot in lots:
+            assert lot is not None
+            lot.stream.lease_s = seconds
+        return True
 
     def extended(self, ack_ids: list[str], seconds: int, failures: dict[str, str]) -> None:
         if seconds == 0:
@@ -88,6 +140,7 @@ class Streams:
             # The lot's room is held as long as its latest deadline change asks (a
             # change for some of its ids holds all of them: room, not leases).
             lot.until = until
+            lot.lease_s = 0  # its leases may have moved: changes go to the dispatcher
             lot.stream.held_until(until)
             lot.stream.lease_s = max(constants.MIN_ACK_DEADLINE_S, seconds)
 

@@ -348,22 +348,14 @@ class Planner:
         in one pass each, without a ``Claim`` or ``AckId`` per message."""
         first = self.cursor.next_delivery
         self.cursor.next_delivery = first + len(offsets)
-        deliveries = range(first, first + len(offsets))
-        deadline_us = self.now_us + self.policy.lease_us
-        kind = table_schemas.KIND_MESSAGE
-        self.changed.update(
-            {
-                (kind, offset): _new(
-                    Row, (kind, offset, delivery, 1, LEASED, deadline_us, key, None)
-                )
-                for offset, delivery, key in zip(offsets, deliveries, ordering_keys, strict=True)
-            }
-        )
-        prefix = f"{self.policy.tag}-m"
-        return [
-            f"{prefix}{offset}-{delivery}"
-            for offset, delivery in zip(offsets, deliveries, strict=True)
+        leased = zip(offsets, range(first, first + len(offsets)), strict=True)
+        kind, deadline_us = table_schemas.KIND_MESSAGE, self.now_us + self.policy.lease_us
+        rows = [
+            _new(Row, (kind, o, d, 1, LEASED, deadline_us, k, None))
+            for (o, d), k in zip(leased, ordering_keys, strict=True)
         ]
+        self.changed.update({(kind, r.offset): r for r in rows})
+        return [f"{self.policy.tag}-m{r.offset}-{r.delivery_id}" for r in rows]
 
     def set_lease_deadline(self, key: Key, deadline_s: int, slack_us: int = 0) -> None:
         """Give a row leased by this plan a deadline of its own (``deadline_s`` from now,
