@@ -60,13 +60,20 @@ def nats_server() -> Iterator[NatsServer]:
         yield nats
 
 
+def may_be_zero(result: w.Result) -> bool:
+    """A drain may end before the lease flush window (1 s on a local lake) without
+    a lease commit: its deliveries and acks are committed later, or at the stop."""
+    drain_commits = result.metric == lps.DELTA_COMMITS_PER_MILLION and "drain" in result.case
+    return result.metric in MAY_BE_ZERO or drain_commits
+
+
 def figures(results: Sequence[w.Result], case: str, system: str) -> dict[str, float]:
     assert {r.case for r in results} == {case}
     assert {r.system for r in results} == {system}
     found = {r.metric: r.median for r in results}
     assert len(found) == len(results), "one result per metric"
     for r in results:
-        assert r.median >= 0 if r.metric in MAY_BE_ZERO else r.median > 0, r
+        assert r.median >= 0 if may_be_zero(r) else r.median > 0, r
     return found
 
 

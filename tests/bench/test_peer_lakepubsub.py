@@ -43,6 +43,13 @@ def server() -> Iterator[LakePubSubServer]:
         yield lakepubsub
 
 
+def may_be_zero(result: w.Result) -> bool:
+    """A drain may end before the lease flush window (1 s on a local lake) without
+    a lease commit: its deliveries and acks are committed later, or at the stop."""
+    drain_commits = result.metric == lps.DELTA_COMMITS_PER_MILLION and "drain" in result.case
+    return result.metric in MAY_BE_ZERO or drain_commits
+
+
 def by_metric(results: Sequence[w.Result], case: str, system: str = lps.SYSTEM) -> dict[str, float]:
     assert {r.case for r in results} == {case}
     assert {r.system for r in results} == {system}
@@ -50,7 +57,7 @@ def by_metric(results: Sequence[w.Result], case: str, system: str = lps.SYSTEM) 
     assert len(metrics) == len(results), "one result per metric"
     for result in results:
         assert len(result.values) == 1, result
-        assert result.median >= 0 if result.metric in MAY_BE_ZERO else result.median > 0, result
+        assert result.median >= 0 if may_be_zero(result) else result.median > 0, result
     return metrics
 
 
