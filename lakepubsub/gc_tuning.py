@@ -15,30 +15,18 @@ reference goes) and collects the young generation after
 ``Settings.gc_young_threshold`` allocations instead of 700. Cyclic garbage is
 still collected, only less often; reference counting frees everything else at
 once, as always.
-
-It also has its threads trade the interpreter lock every millisecond instead of
-every 5 (``SWITCH_INTERVAL_S``): a delivery crosses four threads (the gRPC
-door's event loop, the topic's committer, the subscription's dispatcher, the
-loop again), and each could wait up to the interval for the lock while another
-computes. With the Go client at 200 msgs/s (2,000 messages, two runs each) the
-publish-to-callback p99 went from 27-31 to 20-24 ms; a StreamingPull drain
-spent no more CPU per message.
 """
 
 from __future__ import annotations
 
 import gc
-import sys
-
-SWITCH_INTERVAL_S = 0.001
 
 
 def settle(young_threshold: int) -> None:
-    """Freeze the start-up heap, set the young generation's threshold (0 leaves
-    CPython's) and the interpreter lock's switch interval."""
+    """Freeze the start-up heap and set the young generation's threshold
+    (0 leaves CPython's)."""
     gc.collect()  # start-up's own garbage goes first: frozen objects are never collected
     gc.freeze()
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
     if young_threshold > 0:
         _, older, oldest = gc.get_threshold()
         gc.set_threshold(young_threshold, older, oldest)
