@@ -65,13 +65,21 @@ class ApiServer:
     Started by the harness's launcher (bench/harness/lakepubsub_server.py), with this
     process's environment."""
 
-    def __init__(self, lake: Lake, *, pull_wait_s: float = 1.0, log: Path | None = None) -> None:
+    def __init__(
+        self,
+        lake: Lake,
+        *,
+        pull_wait_s: float = 1.0,
+        log: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.lake = lake
         self.log = log
         self.launcher = LakePubSubServer(
             lake=lake.uri,
             storage_options=lake.served_options,
             pull_wait_s=pull_wait_s,
+            env=env,
             port=free_port(),
             log=log,
             log_level="warning",
