@@ -115,7 +115,6 @@ class GrpcDoor:
         # Local port of a connection forwarded from the public port -> the client's address.
         self.peers: dict[int, tuple[str, int]] = {}
         self.port = 0
-        self.direct_port = 0  # LAKEPUBSUB_GRPC_ADDRESS's, when set
         self.loop: asyncio.AbstractEventLoop | None = None
         self.closing: asyncio.Event | None = None
         self._stop: asyncio.Event | None = None
@@ -162,15 +161,15 @@ class GrpcDoor:
         """Also listen at ``where`` by itself: Google's clients pointed there reach
         grpcio directly, without the one port's relay. The relay passes every byte
         through this process's event loop and interpreter lock: a StreamingPull drain
-        cost ~10 % more server CPU per message through it (docs/operations.md)."""
+        cost ~10 % more server CPU per message through it (docs/architecture.md)."""
         if not where.address:
             return
         if where.tls_cert:
             with open(where.tls_key, "rb") as key, open(where.tls_cert, "rb") as cert:
                 credentials = grpc.ssl_server_credentials([(key.read(), cert.read())])
-            self.direct_port = server.add_secure_port(where.address, credentials)
+            server.add_secure_port(where.address, credentials)
         else:
-            self.direct_port = server.add_insecure_port(where.address)
+            server.add_insecure_port(where.address)
         log.info("gRPC also at %s", where.address)
 
     # -- the server thread ------------------------------------------------------------------

@@ -27,7 +27,6 @@ from api.grpc.streaming import streaming_pull_handler
 from api.grpc.wire import add_received, pb, subscription_name, topic_name
 from api.pulls import pulled, reports_attempts, start_pull
 from lakepubsub import errors
-from lakepubsub.metrics import DEADLINE_CHANGES_UNCHANGED
 from lakepubsub.publish import batches
 from lakepubsub.resources.iam import Resource
 from lakepubsub.resources.names import SubscriptionName
@@ -107,7 +106,6 @@ async def modify_ack_deadline(door: GrpcDoor, request: Any, call: Call) -> Messa
     ack_ids = list(request.ack_ids)
     seconds = request.ack_deadline_seconds
     if door.streams.unchanged(name, ack_ids, seconds):  # a receipt: no dispatcher, no parsing
-        DEADLINE_CHANGES_UNCHANGED.inc(len(ack_ids))
         return Empty()
     future = door.engine.modify_ack_deadline_future(name, ack_ids, seconds)
     failures = await asyncio.wrap_future(future)

@@ -42,7 +42,6 @@ from api.grpc.wire import add_received, subscription_name
 from api.pulls import start_pull
 from lakepubsub import Engine, SubscriptionName, constants, errors
 from lakepubsub.messages import ReceivedMessage
-from lakepubsub.metrics import DEADLINE_CHANGES_UNCHANGED
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +219,8 @@ class Stream:
         size = sum(r.message.size for r in received if r.message is not None)
         ack_ids = [r.ack_id for r in received]
         lease = None if self.exactly_once else (lease_s, started)
-        lot = self.door.streams.delivered(self, ack_ids, size, until, lease)
+        lot = Lot(self, ack_ids, size, until, lease)
+        self.door.streams.delivered(lot)
         self.lots.add(lot)
         self.out_count += lot.left
         self.out_bytes += size
@@ -270,7 +270,6 @@ class Stream:
     async def _settle(self, ack_ids: list[str], seconds: int | None) -> None:
         streams = self.door.streams
         if seconds is not None and streams.unchanged(self.name, ack_ids, seconds):
-            DEADLINE_CHANGES_UNCHANGED.inc(len(ack_ids))
             return
         # A malformed id fails alone, as on every door (ackids.split_malformed).
         engine = self.door.engine

@@ -23,6 +23,7 @@ from typing import Protocol
 
 from lakepubsub import constants
 from lakepubsub.delivery.leases import LEASE_SLACK_US
+from lakepubsub.metrics import DEADLINE_CHANGES_UNCHANGED
 from lakepubsub.resources.names import SubscriptionName
 
 # How far past the pull's lease a stream's leases run, in seconds.
@@ -80,17 +81,9 @@ class Streams:
     def __init__(self) -> None:
         self._lot_of: dict[str, Lot] = {}
 
-    def delivered(
-        self,
-        stream: Holder,
-        ack_ids: list[str],
-        size: int,
-        until: float,
-        lease: tuple[int, float] | None = None,
-    ) -> Lot:
-        lot = Lot(stream, ack_ids, size, until, lease)
-        self._lot_of.update(dict.fromkeys(ack_ids, lot))
-        return lot
+    def delivered(self, lot: Lot) -> None:
+        """Route the lot's ack ids to it."""
+        self._lot_of.update(dict.fromkeys(lot.ack_ids, lot))
 
     def settled(self, ack_ids: list[str]) -> None:
         """Acked (or, through ``extended``, nacked or refused): out of the room."""
@@ -110,7 +103,7 @@ class Streams:
         those messages after the pull started, until then plus ``seconds`` plus the
         slack, so the change asks for no more, and at most the slack less
         (``planner.lease_holds``). Never with exactly-once: such lots have no lease
-        here."""
+        here. Those answered count in ``DEADLINE_CHANGES_UNCHANGED``."""
         if seconds <= 0 or not ack_ids:
             return False
         latest = time.monotonic() - LEASE_SLACK_S
@@ -126,6 +119,7 @@ class Streams:
         for lot in lots:
             assert lot is not None
             lot.stream.lease_s = seconds
+        DEADLINE_CHANGES_UNCHANGED.inc(len(ack_ids))
         return True
 
     def extended(self, ack_ids: list[str], seconds: int, failures: dict[str, str]) -> None:

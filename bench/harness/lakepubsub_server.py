@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ import httpx
 
 from bench.harness import scratch
 from bench.harness.moto_server import DIRECTORY_BUCKET_ENV, MotoServer
+from bench.harness.ports import free_port
 from bench.harness.processes import stop
 from bench.harness.s3_proxy import KINDS, S3Proxy, request_kind
 from lakepubsub import Engine, Settings, constants
@@ -150,7 +150,7 @@ class LakePubSubServer:
         self._inherit_env = inherit_env
         # ``serve --grpc-port``: Google's clients reach grpcio on a port of its own
         # (chosen once, kept for ``restart``), not through the shared port's relay.
-        self.grpc_port = _free_port() if grpc_port and serve else 0
+        self.grpc_port = free_port() if grpc_port and serve else 0
 
     def __enter__(self) -> LakePubSubServer:
         self.directory = scratch.directory("bench-lakepubsub-")
@@ -365,10 +365,3 @@ def _wait_healthy(process: subprocess.Popen[bytes], url: str, log_path: Path) ->
                 return
         time.sleep(0.05)
     raise BenchError(f"{url} did not answer:\n{log_path.read_text(errors='replace')}")
-
-
-def _free_port() -> int:
-    """A loopback port free now (the server binds it a moment later)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from api.grpc.streams import LEASE_SLACK_S, Lot, Streams
 from lakepubsub.resources.names import SubscriptionName
@@ -30,10 +31,17 @@ class Holder:
         self.soonest = min(self.soonest, until)
 
 
+def deliver(streams: Streams, *lot: Any) -> Lot:
+    """A pull's answer on a stream: its lot, routed by its ack ids."""
+    made = Lot(*lot)
+    streams.delivered(made)
+    return made
+
+
 def test_settling_frees_each_lots_share_and_the_rest_of_its_bytes_last() -> None:
     streams, stream = Streams(), Holder()
-    a = streams.delivered(stream, ["a1", "a2", "a3"], 100, time.monotonic() + 60)
-    b = streams.delivered(stream, ["b1", "b2"], 10, time.monotonic() + 60)
+    a = deliver(streams, stream, ["a1", "a2", "a3"], 100, time.monotonic() + 60)
+    b = deliver(streams, stream, ["b1", "b2"], 10, time.monotonic() + 60)
     streams.settled(["a1", "b1", "zz", "a1"])  # unknown and repeated ids free nothing
     assert (a.left, b.left, stream.freed_count) == (2, 1, 2)
     assert stream.freed_bytes == 100 // 3 + 10 // 2
@@ -46,9 +54,9 @@ def test_settling_frees_each_lots_share_and_the_rest_of_its_bytes_last() -> None
 def test_a_receipt_change_at_the_pulls_lease_is_answered_at_the_door() -> None:
     streams, stream, eo_stream = Streams(), Holder(), Holder()
     now = time.monotonic()
-    streams.delivered(stream, ["a1", "a2"], 0, now + 60, (60, now))
-    streams.delivered(stream, ["old"], 0, now + 60, (60, now - LEASE_SLACK_S - 1))
-    streams.delivered(eo_stream, ["eo"], 0, now + 60, None)  # exactly-once: no lease here
+    deliver(streams, stream, ["a1", "a2"], 0, now + 60, (60, now))
+    deliver(streams, stream, ["old"], 0, now + 60, (60, now - LEASE_SLACK_S - 1))
+    deliver(streams, eo_stream, ["eo"], 0, now + 60, None)  # exactly-once: no lease here
     assert streams.unchanged(SUB, ["a1", "a2"], 60)
     assert stream.lease_s == 60
     assert not streams.unchanged(SUB, ["a1"], 30)  # another deadline: the dispatcher decides
