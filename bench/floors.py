@@ -1,9 +1,10 @@
 """Floors: what the maintained parts cost before lakepubsub does any work.
 
 Single-message publish to servers that do nothing (uvicorn with an ASGI app; a grpcio
-server with the gRPC door's options), beside JetStream in the same run with the same
-clients; and in process: protobuf, parquet and lakepubsub's own commit. What each
-figure is: bench/README.md, "Floors". Writes ``floors.md``.
+server with the gRPC door's options), batched publish and a StreamingPull drain against
+that grpcio server, beside JetStream in the same run with the same clients; and in
+process: protobuf, parquet and lakepubsub's own commit. What each figure is:
+bench/README.md, "Floors". Writes ``floors.md``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sys
 import time
 import timeit
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,10 +30,13 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 from google.pubsub_v1.types import (
+    AcknowledgeRequest,
+    ModifyAckDeadlineRequest,
     PublishRequest,
     PublishResponse,
     PubsubMessage,
     ReceivedMessage,
+    StreamingPullRequest,
     StreamingPullResponse,
 )
 
@@ -43,6 +47,7 @@ from bench import workload as w
 from bench.clients import span_s
 from bench.harness import scratch
 from bench.harness.lakepubsub_server import BenchError
+from bench.harness.meter import ProcessUsage
 from bench.harness.nats_server import NatsServer
 from bench.harness.ports import free_port, wait_for_port
 from lakepubsub import Engine, PublishMessage, Topic, TopicName
@@ -88,7 +93,67 @@ async def empty_rest_app(
 _REST_COUNTER = [0]
 
 
-async def _serve_empty_grpc(port: int) -> None:
+class _EmptySubscriber:
+    """StreamingPull, Acknowledge and ModifyAckDeadline that do nothing but what the
+    protocol needs: the stream sends ``backlog`` distinct 1 KiB messages, at most the
+    client's ``max_outstanding_messages`` unacked, each response up to
+    RESPONSE_MESSAGES; an ack frees room by its count of ids (none is looked at); a
+    deadline change is parsed and answered."""
+
+    def __init__(self, backlog: int) -> None:
+        self.backlog, self.sent, self.out = backlog, 0, 0
+        self.room = asyncio.Event()
+        self.types = (
+            StreamingPullRequest.pb(), StreamingPullResponse.pb(),
+            AcknowledgeRequest.pb(), ModifyAckDeadlineRequest.pb(),
+        )  # fmt: skip
+
+    async def streaming_pull(self, raw: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        request_type, response_type = self.types[0], self.types[1]
+        first = request_type.FromString(await anext(raw))
+        limit = first.max_outstanding_messages or 1000
+
+        async def read() -> None:  # later requests (keepalive pings, acks on the stream)
+            async for chunk in raw:
+                request_type.FromString(chunk)
+
+        reader = asyncio.ensure_future(read())
+        payload = b"x" * PAYLOAD_BYTES
+        try:
+            while True:
+                count = min(limit - self.out, self.backlog - self.sent, RESPONSE_MESSAGES)
+                if count <= 0:
+                    self.room.clear()
+                    await self.room.wait()
+                    continue
+                start, now_us = self.sent, time.time_ns() // 1000
+                self.sent, self.out = start + count, self.out + count
+                response = response_type()
+                add = response.received_messages.add
+                for i in range(start, start + count):
+                    message = add(ack_id=f"floor-m{i}-{i}").message
+                    message.data = payload
+                    message.message_id = str(i)
+                    stamp = message.publish_time
+                    stamp.seconds, stamp.nanos = divmod(now_us, 1_000_000)
+                    stamp.nanos *= 1000
+                await context.write(bytes(response.SerializeToString()))
+        finally:
+            reader.cancel()
+
+    async def acknowledge(self, raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
+        self.out -= len(self.types[2].FromString(raw).ack_ids)
+        self.room.set()
+        return b""
+
+    async def modify_ack_deadline(
+        self, raw: bytes, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> bytes:
+        self.types[3].FromString(raw)
+        return b""
+
+
+async def _serve_empty_grpc(port: int, backlog: int) -> None:
     counter = [0]
     request_type, response_type = PublishRequest.pb(), PublishResponse.pb()
 
@@ -97,11 +162,25 @@ async def _serve_empty_grpc(port: int) -> None:
         response = response_type(message_ids=_ids(counter, len(request.messages)))
         return bytes(response.SerializeToString())
 
-    handler = grpc.method_handlers_generic_handler(
-        "google.pubsub.v1.Publisher", {"Publish": grpc.unary_unary_rpc_method_handler(publish)}
+    subscriber = _EmptySubscriber(backlog)
+    handlers = (
+        grpc.method_handlers_generic_handler(
+            "google.pubsub.v1.Publisher",
+            {"Publish": grpc.unary_unary_rpc_method_handler(publish)},
+        ),
+        grpc.method_handlers_generic_handler(
+            "google.pubsub.v1.Subscriber",
+            {
+                "StreamingPull": grpc.stream_stream_rpc_method_handler(subscriber.streaming_pull),
+                "Acknowledge": grpc.unary_unary_rpc_method_handler(subscriber.acknowledge),
+                "ModifyAckDeadline": grpc.unary_unary_rpc_method_handler(
+                    subscriber.modify_ack_deadline
+                ),
+            },
+        ),
     )
     server = grpc.aio.server(options=SERVER_OPTIONS)
-    server.add_generic_rpc_handlers((handler,))
+    server.add_generic_rpc_handlers(handlers)
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     await server.wait_for_termination()
@@ -167,31 +246,88 @@ def rest_pair(clients: int, n: int) -> list[w.Result]:
     ]  # fmt: skip
 
 
-def grpc_pair(binary: Path, publishers: int, n: int) -> list[w.Result]:
-    """JetStream, then the empty gRPC server, each through ``bench/loadgen``."""
-    publish = ["-mode", "publish", "-publishers", str(publishers), "-messages", str(n), "-single"]
+def _empty_grpc(backlog: int = 0) -> AbstractContextManager[tuple[int, int]]:
+    """The empty gRPC server; its StreamingPull sends ``backlog`` messages."""
+    return _server(sys.executable, "-m", "bench", "floors", "--backlog", str(backlog),
+                   "--serve-grpc")  # fmt: skip
+
+
+def _publish_both(
+    binary: Path, publish: list[str]
+) -> list[tuple[str, tuple[grpc_bench.LoadgenReport, ProcessUsage]]]:
+    """``bench/loadgen`` publishing with ``publish`` to JetStream (nats.go), then to
+    the empty gRPC server (Google's Go client): each system's report and usage."""
     found = []
     with NatsServer() as server:
         asyncio.run(peer_nats.create_stream(server.url))
         nats = ["-system", "nats", "-nats-url", server.url, "-subject", peer_nats.SUBJECT]
-        found.append(
-            (
-                peer_nats.SYSTEM,
-                grpc_bench.run_loadgen(binary, nats + publish, server_pid=server.pid),
-            )
-        )
-    with _server(sys.executable, "-m", "bench", "floors", "--serve-grpc") as (pid, port):
+        ran = grpc_bench.run_loadgen(binary, nats + publish, server_pid=server.pid)
+        found.append((peer_nats.SYSTEM, ran))
+    with _empty_grpc() as (pid, port):
         env = {"PUBSUB_EMULATOR_HOST": f"127.0.0.1:{port}"}
         args = ["-system", "pubsub", "-topic", TOPIC, *publish]
         found.append((FLOOR, grpc_bench.run_loadgen(binary, args, server_pid=pid, env=env)))
+    return found
+
+
+def grpc_pair(binary: Path, publishers: int, n: int) -> list[w.Result]:
+    """JetStream, then the empty gRPC server, each through ``bench/loadgen``."""
+    publish = ["-mode", "publish", "-publishers", str(publishers), "-messages", str(n), "-single"]
     results, case = [], f"grpc publish single publishers={publishers}"
-    for system, (ran, usage) in found:
+    for system, (ran, usage) in _publish_both(binary, publish):
         if ran["published"] != n:
             raise BenchError(f"{ran['published']} of {n} publishes confirmed")
         results += _figures(
             system, case, ran.elapsed_s, ran.latencies_ms, n, usage.cpu_s, ran.cpu_s
         )
     return results
+
+
+def grpc_batched_pair(binary: Path, publishers: int, n: int) -> list[w.Result]:
+    """The gRPC bench's batched publish case (the client's default batching), against
+    JetStream and the empty gRPC server: throughput and CPU per message."""
+    publish = ["-mode", "publish", "-publishers", str(publishers), "-messages", str(n)]
+    results, case = [], f"grpc publish batching=default publishers={publishers}"
+    for system, (ran, usage) in _publish_both(binary, publish):
+        if ran["published"] != n:
+            raise BenchError(f"{ran['published']} of {n} publishes confirmed")
+        results += [
+            *w.publish_figures(system, case, seconds=ran.elapsed_s, messages=n)[:1],
+            *w.usage_figures(system, case, usage, client_cpu_s=ran.cpu_s, messages=n),
+        ]
+    return results
+
+
+def grpc_drain_pair(binary: Path, n: int) -> list[w.Result]:
+    """The gRPC bench's drain case: JetStream's push consumer (as ``bench grpc`` runs it),
+    then the empty gRPC server's StreamingPull, through the same Go client settings."""
+    workload = dataclasses.replace(grpc_bench.full(), drain_messages=n, runs=1)
+    with NatsServer() as server:
+        side = peer_nats.Side(server, workload.ack_deadline_s, durable=grpc_bench.PUSH_DURABLE)
+        results = grpc_bench.run_drain(side, binary, workload)
+    receiving = ["-max-outstanding", str(workload.max_outstanding),
+                 "-streams", str(grpc_bench.STREAMS)]  # fmt: skip
+    with _empty_grpc(n) as (pid, port):
+        env = {"PUBSUB_EMULATOR_HOST": f"127.0.0.1:{port}"}
+        args = ["-system", "pubsub", "-subscription", "projects/bench/subscriptions/floors",
+                "-mode", "drain", "-messages", str(n), *receiving]  # fmt: skip
+        ran, usage = grpc_bench.run_loadgen(binary, args, server_pid=pid, env=env)
+    if ran["distinct"] != n or ran["redelivered"]:
+        raise BenchError(f"{ran['distinct']} of {n} messages received")
+    case = workload.drain_case
+    return [
+        *(r for r in results if r.metric in DRAIN_METRICS),
+        *w.consume_figures(FLOOR, case, seconds=ran.elapsed_s, messages=n, drain=False)[:1],
+        *w.usage_figures(FLOOR, case, usage, client_cpu_s=ran.cpu_s, messages=n),
+    ]
+
+
+DRAIN_METRICS = (
+    w.THROUGHPUT,
+    w.SERVER_CPU_PER_MILLION,
+    w.SERVER_PEAK_RSS,
+    w.CLIENT_CPU_PER_MILLION,
+)
 
 
 def _best_s(step: Callable[[], object]) -> float:
@@ -273,14 +409,17 @@ class Sizes:
     rest_eight: int
     grpc_single: int
     grpc_eight: int
+    grpc_batched: int
+    grpc_drain: int
     commits: int
     runs: int
 
 
-FULL = Sizes(
-    rest_single=3000, rest_eight=8000, grpc_single=5000, grpc_eight=8000, commits=2000, runs=3
-)
-QUICK = Sizes(rest_single=200, rest_eight=400, grpc_single=200, grpc_eight=400, commits=200, runs=1)
+# The batched publish and drain sizes are the gRPC bench's own (bench/grpc_bench.py).
+FULL = Sizes(rest_single=3000, rest_eight=8000, grpc_single=5000, grpc_eight=8000,
+             grpc_batched=200_000, grpc_drain=1_000_000, commits=2000, runs=3)  # fmt: skip
+QUICK = Sizes(rest_single=200, rest_eight=400, grpc_single=200, grpc_eight=400,
+              grpc_batched=16_000, grpc_drain=20_000, commits=200, runs=1)  # fmt: skip
 
 
 def run(sizes: Sizes, progress: Callable[[str], None] = print) -> list[w.Result]:
@@ -291,6 +430,8 @@ def run(sizes: Sizes, progress: Callable[[str], None] = print) -> list[w.Result]
         ("rest, 8 clients", lambda: rest_pair(8, sizes.rest_eight)),
         ("grpc, 1 publisher", lambda: grpc_pair(binary, 1, sizes.grpc_single)),
         ("grpc, 8 publishers", lambda: grpc_pair(binary, 8, sizes.grpc_eight)),
+        ("grpc, batched", lambda: grpc_batched_pair(binary, 8, sizes.grpc_batched)),
+        ("grpc, drain", lambda: grpc_drain_pair(binary, sizes.grpc_drain)),
         ("in process", lambda: _in_process(sizes.commits)),
     ]
     for i in range(sizes.runs):
@@ -334,7 +475,9 @@ def write_report(
         "`empty server`: for `rest` uvicorn (uvloop, httptools) with an ASGI app that parses "
         "the body and answers ids, driven by the REST clients of `bench/peer_lakepubsub.py`; "
         "for `grpc` a grpcio asyncio server with lakepubsub's door options whose Publish "
-        "answers ids, driven by `bench/loadgen` (Google's Go client). NATS JetStream stores "
+        "answers ids and whose StreamingPull sends distinct 1 KiB messages within the "
+        "client's flow control (acks free room by their count), driven by `bench/loadgen` "
+        "(Google's Go client, the gRPC bench's settings). NATS JetStream stores "
         "every message, through nats-py (`rest` rows) and nats.go (`grpc` rows). CPU is user "
         "+ system seconds per million messages (µs per message).",
         "",
@@ -356,9 +499,10 @@ def write_report(
 def main(argv: Sequence[str] | None = None) -> None:
     parser = report.parser(__doc__ or "", quick="tiny sizes, one run (CI)", runs=True)
     parser.add_argument("--serve-grpc", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--backlog", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_grpc is not None:
-        asyncio.run(_serve_empty_grpc(args.serve_grpc))
+        asyncio.run(_serve_empty_grpc(args.serve_grpc, args.backlog))
         return
     sizes = QUICK if args.quick else FULL
     if args.runs is not None:
