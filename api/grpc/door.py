@@ -30,6 +30,7 @@ from pydantic import BaseModel, ValidationError
 from api import auth
 from api.errors import invalid_request, rpc_status
 from api.grpc.streams import Streams
+from api.grpc.wire import serialized
 from lakepubsub import constants, errors
 from lakepubsub.resources.iam import Principal
 from lakepubsub.resources.names import validate_project
@@ -65,7 +66,7 @@ SERVER_OPTIONS = [
 
 M = TypeVar("M", bound=Message)
 T = TypeVar("T", bound=BaseModel)
-Handler = Callable[[Any, Any, "Call"], Awaitable[Message]]
+Handler = Callable[[Any, Any, "Call"], Awaitable[Message | bytes]]
 # Builds the server's method handlers for a door (``api.grpc.services.handlers``).
 HandlerFactory = Callable[["GrpcDoor"], list[grpc.GenericRpcHandler]]
 
@@ -366,7 +367,7 @@ def _nested_fields(descriptor: Descriptor) -> tuple[tuple[str, str], ...]:
 def unary(
     door: GrpcDoor, method: str, request_type: type[Message], handler: Handler
 ) -> grpc.RpcMethodHandler[Any, Any]:
-    async def behavior(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Message:
+    async def behavior(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Message | bytes:
         try:
             request = parse(request_type, raw)
             response = await handler(door, request, Call(door, context))
@@ -378,9 +379,7 @@ def unary(
         GRPC_REQUESTS.labels(method, "OK").inc()
         return response
 
-    return grpc.unary_unary_rpc_method_handler(
-        behavior, response_serializer=lambda m: m.SerializeToString()
-    )
+    return grpc.unary_unary_rpc_method_handler(behavior, response_serializer=serialized)
 
 
 def as_dict(message: Message) -> dict[str, Any]:

@@ -19,12 +19,13 @@ from google.protobuf.message import Message
 from google.pubsub_v1.types import pubsub as ps
 
 from api import auth, convert
+from api.grpc import encode
 from api.grpc.admin import PUBLISHER_ADMIN, SUBSCRIBER_ADMIN
 from api.grpc.admin import methods as admin_methods
 from api.grpc.door import Call, GrpcDoor, Handler, as_dict, unary, validated
 from api.grpc.schema_service import METHODS as SCHEMA_METHODS
 from api.grpc.streaming import streaming_pull_handler
-from api.grpc.wire import add_received, pb, subscription_name, topic_name
+from api.grpc.wire import pb, subscription_name, topic_name
 from api.pulls import pulled, reports_attempts, start_pull
 from lakepubsub import errors
 from lakepubsub.publish import batches
@@ -69,7 +70,7 @@ async def publish(door: GrpcDoor, request: Any, call: Call) -> Message:
 # -- Subscriber: the hot paths ---------------------------------------------------------------
 
 
-async def pull(door: GrpcDoor, request: Any, call: Call) -> Message:
+async def pull(door: GrpcDoor, request: Any, call: Call) -> bytes:
     """Lease messages; waits for some unless ``return_immediately``."""
     name = subscription_name(request.subscription)
     await call.check("pull", _sub_params(name))
@@ -81,9 +82,7 @@ async def pull(door: GrpcDoor, request: Any, call: Call) -> Message:
     )
     attempts = reports_attempts(door.engine, name)
     received = await pulled(door.engine, name, future)
-    response = pb(ps.PullResponse)()
-    add_received(response.received_messages, received, attempts=attempts)  # type: ignore[attr-defined]
-    return response
+    return encode.received_messages(received, attempts=attempts)  # a PullResponse
 
 
 async def acknowledge(door: GrpcDoor, request: Any, call: Call) -> Message:

@@ -36,9 +36,10 @@ from typing import Any
 import grpc
 from google.pubsub_v1.types import pubsub as ps
 
+from api.grpc import encode
 from api.grpc.door import GRPC_REQUESTS, Call, GrpcDoor, abort, failure_of, parse
 from api.grpc.streams import Lot
-from api.grpc.wire import add_received, subscription_name
+from api.grpc.wire import serialized, subscription_name
 from api.pulls import start_pull
 from lakepubsub import Engine, SubscriptionName, constants, errors
 from lakepubsub.messages import ReceivedMessage
@@ -226,14 +227,17 @@ class Stream:
         self.out_bytes += size
 
     async def _send(self, received: list[ReceivedMessage]) -> None:
+        properties = encode.subscription_properties(
+            exactly_once=self.exactly_once, ordering=self.ordering
+        )
         for at in range(0, len(received), constants.MAX_PULL_MESSAGES):
-            response = StreamingPullResponse()
-            add_received(
-                response.received_messages,
+            response = encode.received_messages(
                 received[at : at + constants.MAX_PULL_MESSAGES],
                 attempts=self.attempts,
+                then=properties,
             )
-            await self._write(response)
+            async with self._write_lock:
+                await self.context.write(response)
             self._unsent = received[at + constants.MAX_PULL_MESSAGES :]
 
     async def _write(self, response: Any) -> None:
@@ -355,6 +359,4 @@ def streaming_pull_handler(door: GrpcDoor) -> grpc.RpcMethodHandler[Any, Any]:
             await abort(context, failure)
         GRPC_REQUESTS.labels(method, "OK").inc()
 
-    return grpc.stream_stream_rpc_method_handler(
-        behavior, response_serializer=lambda m: m.SerializeToString()
-    )
+    return grpc.stream_stream_rpc_method_handler(behavior, response_serializer=serialized)

@@ -87,11 +87,13 @@ class Streams:
 
     def settled(self, ack_ids: list[str]) -> None:
         """Acked (or, through ``extended``, nacked or refused): out of the room."""
-        found = [lot for lot in map(self._lot_of.pop, ack_ids, repeat(None)) if lot is not None]
-        if not found:
-            return
-        for lot, count in collections.Counter(found).items():
-            lot.settle(count)
+        # Counted in C (Counter of an iterable); ids not out here count under None.
+        found: collections.Counter[Lot | None] = collections.Counter(
+            map(self._lot_of.pop, ack_ids, repeat(None))
+        )
+        for lot, count in found.items():
+            if lot is not None:
+                lot.settle(count)
 
     def unchanged(self, name: SubscriptionName, ack_ids: list[str], seconds: int) -> bool:
         """Whether a deadline change of ``ack_ids`` of ``name`` to ``seconds`` is known

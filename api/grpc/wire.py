@@ -1,5 +1,5 @@
 """Mappings the gRPC door's modules share: the protobuf classes google-cloud-pubsub
-ships, resource names from requests, and deliveries into responses."""
+ships, resource names from requests, and answers on the wire."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ from typing import Any, cast
 
 from google.protobuf.message import Message
 
-from api import convert
-from lakepubsub.messages import ReceivedMessage
 from lakepubsub.resources.names import SubscriptionName, TopicName
 
 
@@ -28,29 +26,7 @@ def subscription_name(path: str) -> SubscriptionName:
     return SubscriptionName.parse(path)
 
 
-def add_received(repeated: Any, received: list[ReceivedMessage], *, attempts: bool) -> None:
-    """Append deliveries to a ``repeated ReceivedMessage`` field, filling each in place
-    (a fifth of the CPU of building the messages and copying them in). A truncation
-    event is a message without data whose attributes describe it, as on the REST door.
-    ``attempts`` (``Subscription.reports_delivery_attempts``) fills ``delivery_attempt``."""
-    add = repeated.add
-    for r in received:
-        item = add(ack_id=r.ack_id, delivery_attempt=r.delivery_attempt if attempts else 0)
-        message = item.message
-        msg = r.message
-        if msg is None:
-            assert r.event is not None
-            message.message_id = convert.event_message_id(r.ack_id)
-            us = r.event.time_us
-            message.attributes.update(r.event.attributes())
-        else:
-            message.data = msg.data
-            message.message_id = msg.message_id
-            us = msg.publish_time_us
-            if msg.attributes:
-                message.attributes.update(msg.attributes)
-            if msg.ordering_key:
-                message.ordering_key = msg.ordering_key
-        stamp = message.publish_time
-        stamp.seconds = us // 1_000_000
-        stamp.nanos = (us % 1_000_000) * 1000
+def serialized(response: Message | bytes) -> bytes:
+    """A handler's answer on the wire: a protobuf message serialized, or bytes already
+    encoded (deliveries: ``api/grpc/encode.py``)."""
+    return response if isinstance(response, bytes) else response.SerializeToString()
