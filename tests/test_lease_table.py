@@ -13,7 +13,7 @@ from lakepubsub._lake import Lake, table_schemas
 from lakepubsub.constants import ACTIVITY_RESOLUTION_S, US_PER_S
 from lakepubsub.delivery.ackids import AckId
 from lakepubsub.delivery.lease_table import MAX_FILES, LeaseTable
-from lakepubsub.delivery.leases import LeaseState, Row, initial_rows
+from lakepubsub.delivery.leases import HELD, Cursor, LeaseState, Row, initial_rows
 from lakepubsub.delivery.planner import Planner, Policy
 
 POLICY = Policy(tag="t", ack_deadline_s=10)
@@ -187,3 +187,37 @@ def test_bulk_lease_of_new_messages_equals_leasing_each(lake: LakeSpec) -> None:
     assert bulk.changed == one.changed
     assert bulk.cursor == one.cursor
     assert [str(c.ack_id) for c in each] == ["t-m3-4", "t-m4-5", "t-m7-6"]
+
+
+def test_the_earliest_due_time_carried_across_plans_is_exact_once_reached() -> None:
+    """A state made by a plan inherits its parent's bound on when a row comes due
+    (no pass over every row per cycle): it never lies past the true earliest time,
+    and asked with the time now it answers as the exact time would."""
+    rng = random.Random(5)
+    state = LeaseState(0, Cursor(0, 1, 0, NOW_US), {})
+    now_us = NOW_US
+    outstanding: list[AckId] = []
+    for step in range(300):
+        now_us += rng.randint(0, 4) * US_PER_S
+        policy = Policy(tag="t", ack_deadline_s=rng.randint(10, 20))
+        planner = Planner(state, policy, now_us)
+        action = rng.random()
+        if outstanding and action < 0.4:
+            rng.shuffle(outstanding)
+            done, outstanding = outstanding[:3], outstanding[3:]
+            planner.acknowledge(done)
+        elif outstanding and action < 0.55:
+            planner.modify_deadline(outstanding[:2], rng.choice([0, 30, 60]))
+        else:
+            due = [c.ack_id for c in (planner.lease(r) for r in planner.available())]
+            start = planner.cursor.frontier
+            new = [planner.lease(Row(table_schemas.KIND_MESSAGE, o)) for o in (start, start + 1)]
+            planner.advance(start + 2)
+            outstanding += due + [c.ack_id for c in new]
+        state = planner.result_state(step + 1)
+        exact = min(
+            (r.deadline_us for r in state.rows.values() if r.state != HELD), default=2**63 - 1
+        )
+        assert state.earliest_due_us() <= exact
+        probe = now_us + rng.randint(-5, 40) * US_PER_S
+        assert (state.earliest_due_us(probe) > probe) == (exact > probe)

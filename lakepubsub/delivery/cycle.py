@@ -114,7 +114,8 @@ class CycleTables:
         state = self.cached
         if state is None:
             return math.inf
-        wait_us = state.earliest_due_us() - self._settings.clock_us()
+        now_us = self._settings.clock_us()
+        wait_us = state.earliest_due_us(now_us) - now_us
         return now + max(0, wait_us) / US_PER_S
 
     def flush(self, sub: Subscription) -> None:

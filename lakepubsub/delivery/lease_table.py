@@ -165,6 +165,7 @@ class LeaseTable:
         metrics.ROWS_PER_COMMIT.labels("leases").observe(len(rows) + int(rewrite_cursor))
         self._track(touched, cursor_add, rows_add, keys)
         self._state = LeaseState(version, cursor, result.rows)
+        self._state.inherit_due(result.due_bound())
         self._stored_cursor = cursor
         self._drop_pending()
         return self._state

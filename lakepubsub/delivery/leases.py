@@ -86,6 +86,7 @@ class LeaseState:
     cursor: Cursor
     rows: dict[Key, Row] = field(default_factory=dict)
     _earliest_due_us: int | None = field(default=None, init=False, repr=False, compare=False)
+    _due_exact: bool = field(default=False, init=False, repr=False, compare=False)
 
     @classmethod
     def from_arrow(cls, table: pa.Table, version: int) -> LeaseState:
@@ -110,15 +111,37 @@ class LeaseState:
     def outstanding(self) -> int:
         return sum(1 for k in self.rows if k[0] == table_schemas.KIND_MESSAGE)
 
-    def earliest_due_us(self) -> int:
+    def earliest_due_us(self, now_us: int | None = None) -> int:
         """No stored row is deliverable before this time (a lower bound: back-off is
-        not counted). Computed once per state; states are not changed in place."""
-        if self._earliest_due_us is None:
-            self._earliest_due_us = min(
+        not counted). A state made by a plan inherits its parent's bound lowered by
+        the rows the plan changed (``inherit_due``), which stays a lower bound as
+        rows go; it is computed again, exactly, once ``now_us`` reaches it. Without
+        a bound yet, it is computed. States are not changed in place."""
+        bound = self._earliest_due_us
+        if bound is None or (now_us is not None and bound <= now_us and not self._due_exact):
+            # One pass over every row: a cycle that leases 1,000 messages of a
+            # 10,000-message window made it each time (3-4 % of a drain's CPU).
+            bound = min(
                 (r.deadline_us for r in self.rows.values() if r.state != HELD),
                 default=_NEVER_US,
             )
+            self._earliest_due_us, self._due_exact = bound, True
+        return bound
+
+    def due_bound(self) -> int | None:
+        """The bound ``earliest_due_us`` holds now, if it was computed or inherited."""
         return self._earliest_due_us
+
+    def inherit_due(self, bound: int | None, changed: Iterable[Row | None] = ()) -> None:
+        """Take ``bound`` (a parent state's ``due_bound``) lowered by ``changed`` rows as
+        this state's lower bound; None leaves it to be computed."""
+        if bound is None:
+            return
+        lowest = min(
+            (r.deadline_us for r in changed if r is not None and r.state != HELD),
+            default=_NEVER_US,
+        )
+        self._earliest_due_us, self._due_exact = min(bound, lowest), False
 
 
 def initial_rows(frontier: int, now_us: int) -> pa.Table:
