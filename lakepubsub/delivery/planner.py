@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 from lakepubsub import constants
 from lakepubsub._lake import table_schemas
-from lakepubsub.delivery.ackids import INVALID_ACK_ID, AckId
+from lakepubsub.delivery.ackids import INVALID_ACK_ID, ISSUED, AckId
 from lakepubsub.delivery.leases import (
     HELD,
     LEASE_SLACK_US,
@@ -77,6 +77,14 @@ def _settle(changed: dict[Key, Row | None], rows: dict[Key, Row], tag: str,
         key = (ack[1], ack[2])
         if (changed[key] is not None) if key in changed else (key in rows):
             changed[key] = None
+
+
+def _issue(tag: str, kind: int, rows: list[Row]) -> list[str]:
+    """The ack ids of new leases as text (the delivery's answer), each remembered
+    parsed (``ackids.ISSUED``)."""
+    texts = [f"{tag}-m{r.offset}-{r.delivery_id}" for r in rows]
+    ISSUED.add(texts, [_new(AckId, (tag, kind, r.offset, r.delivery_id)) for r in rows])
+    return texts
 
 
 class Claim(NamedTuple):
@@ -360,8 +368,7 @@ class Planner:
 
     def lease_new(self, offsets: list[int], ordering_keys: list[str | None]) -> list[str]:
         """``lease`` for messages past the frontier (no row yet), in bulk: the rows
-        ``lease`` would make, and their ack ids (as text: the delivery's answer) built
-        in one pass each, without a ``Claim`` or ``AckId`` per message."""
+        ``lease`` would make and their ack ids (``_issue``), in one pass each."""
         first = self.cursor.next_delivery
         self.cursor.next_delivery = first + len(offsets)
         leased = zip(offsets, range(first, first + len(offsets)), strict=True)
@@ -371,7 +378,7 @@ class Planner:
             for (o, d), k in zip(leased, ordering_keys, strict=True)
         ]
         self.changed.update({(kind, r.offset): r for r in rows})
-        return [f"{self.policy.tag}-m{r.offset}-{r.delivery_id}" for r in rows]
+        return _issue(self.policy.tag, kind, rows)
 
     def set_lease_deadline(self, key: Key, deadline_s: int, slack_us: int = 0) -> None:
         """Give a row leased by this plan a deadline of its own (``deadline_s`` from now,
