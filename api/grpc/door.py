@@ -303,9 +303,14 @@ def parse(request_type: type[M], raw: bytes) -> M:
         request = request_type.FromString(raw)
     except DecodeError as exc:
         raise errors.InvalidArgument(f"malformed {request_type.DESCRIPTOR.name}: {exc}") from exc
-    unknown = _unknown_field(request, request_type.DESCRIPTOR.name)
-    if unknown is not None:
-        raise errors.InvalidArgument(unknown)
+    # Whether there is one at all, in C: dropping unknown fields changes the size
+    # (half the cost of walking a publish request's messages in Python); the walk
+    # then names it.
+    size = request.ByteSize()
+    request.DiscardUnknownFields()
+    if request.ByteSize() != size:
+        unknown = _unknown_field(request_type.FromString(raw), request_type.DESCRIPTOR.name)
+        raise errors.InvalidArgument(unknown or "Invalid request: unknown field")
     return request
 
 

@@ -50,7 +50,8 @@ async def publish(door: GrpcDoor, request: Any, call: Call) -> Message:
     """Answered once every message is committed to the topic's table."""
     name = topic_name(request.topic)
     await call.check("publish", {"project": name.project, "topic": name.id})
-    messages = request.messages
+    # A list first: iterating the repeated field makes a wrapper per message each time.
+    messages = list(request.messages)
     batch = batches.checked(
         [msg.data for msg in messages],
         # The truth test first: items() of a protobuf map goes through Python's
