@@ -6,7 +6,10 @@ write; the delivery dispatcher commits them as one MERGE (docs/architecture.md,
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from itertools import repeat
 from typing import NamedTuple
 
 from lakepubsub import constants
@@ -24,6 +27,8 @@ from lakepubsub.delivery.leases import (
 
 # Builds a named tuple from a tuple of its fields, without argument handling.
 _new = tuple.__new__
+_ACK_ID = functools.partial(tuple.__new__, AckId)
+_ROW = functools.partial(tuple.__new__, Row)
 
 
 def lease_holds(lease_end_us: int, asked_end_us: int) -> bool:
@@ -79,11 +84,23 @@ def _settle(changed: dict[Key, Row | None], rows: dict[Key, Row], tag: str,
             changed[key] = None
 
 
-def _issue(tag: str, kind: int, rows: list[Row]) -> list[str]:
+def _new_leases(kind: int, offsets: list[int], deliveries: range, deadline_us: int,
+                ordering_keys: list[str | None]) -> Iterator[tuple[Key, Row]]:  # fmt: skip
+    """``Planner.lease_new``'s rows by key, zipped and built in C (a Python pass per
+    row was a tenth of a drain's dispatcher)."""
+    if len(ordering_keys) != len(offsets):
+        raise ValueError("an ordering key (or None) per offset")
+    fields = zip(repeat(kind), offsets, deliveries, repeat(1), repeat(LEASED),
+                 repeat(deadline_us), ordering_keys, repeat(None), strict=False)  # fmt: skip
+    return zip(zip(repeat(kind), offsets, strict=False), map(_ROW, fields), strict=False)
+
+
+def _issue(tag: str, kind: int, offsets: list[int], deliveries: range) -> list[str]:
     """The ack ids of new leases as text (the delivery's answer), each remembered
-    parsed (``ackids.ISSUED``)."""
-    texts = [f"{tag}-m{r.offset}-{r.delivery_id}" for r in rows]
-    ISSUED.add(texts, [_new(AckId, (tag, kind, r.offset, r.delivery_id)) for r in rows])
+    parsed (``ackids.ISSUED``; the parsed ids are zipped and built in C)."""
+    texts = [f"{tag}-m{o}-{d}" for o, d in zip(offsets, deliveries, strict=True)]
+    fields = zip(repeat(tag), repeat(kind), offsets, deliveries, strict=False)
+    ISSUED.add(texts, list(map(_ACK_ID, fields)))
     return texts
 
 
@@ -371,14 +388,10 @@ class Planner:
         ``lease`` would make and their ack ids (``_issue``), in one pass each."""
         first = self.cursor.next_delivery
         self.cursor.next_delivery = first + len(offsets)
-        leased = zip(offsets, range(first, first + len(offsets)), strict=True)
+        deliveries = range(first, first + len(offsets))
         kind, deadline_us = table_schemas.KIND_MESSAGE, self.now_us + self.policy.lease_us
-        rows = [
-            _new(Row, (kind, o, d, 1, LEASED, deadline_us, k, None))
-            for (o, d), k in zip(leased, ordering_keys, strict=True)
-        ]
-        self.changed.update({(kind, r.offset): r for r in rows})
-        return _issue(self.policy.tag, kind, rows)
+        self.changed.update(_new_leases(kind, offsets, deliveries, deadline_us, ordering_keys))
+        return _issue(self.policy.tag, kind, offsets, deliveries)
 
     def set_lease_deadline(self, key: Key, deadline_s: int, slack_us: int = 0) -> None:
         """Give a row leased by this plan a deadline of its own (``deadline_s`` from now,
