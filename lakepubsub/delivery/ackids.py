@@ -7,9 +7,7 @@ lease row's ``delivery_id``.
 
 from __future__ import annotations
 
-import itertools
 import re
-import threading
 from concurrent.futures import Future
 from typing import NamedTuple
 
@@ -60,45 +58,8 @@ class AckId(NamedTuple):
         return _new(cls, (tag, _LETTER_KIND[letter], int(offset), int(delivery)))
 
 
-class Issued:
-    """Ack ids this process handed out lately, parsed: an ack or deadline change of
-    them (every delivered message gets both) is looked up, not parsed again (in a
-    StreamingPull drain parsing them was a tenth of the server's CPU). The memo
-    holds what ``AckId.parse`` gives for the text, so a miss (an id issued
-    elsewhere or long ago) is parsed as before. It keeps at most ``limit`` ids,
-    dropping the oldest half when full."""
-
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-        self._parsed: dict[str, AckId] = {}
-        self._lock = threading.Lock()  # writers; a lookup is one dict call
-
-    def add(self, ack_ids: list[str], parsed: list[AckId]) -> None:
-        with self._lock:
-            memo = self._parsed
-            memo.update(zip(ack_ids, parsed, strict=True))
-            if len(memo) > self._limit:
-                # dict order is insertion order: the oldest ids go first
-                self._parsed = dict(itertools.islice(memo.items(), len(memo) // 2, None))
-
-    def find(self, ack_ids: list[str]) -> list[AckId | None]:
-        return list(map(self._parsed.get, ack_ids))
-
-
-# Ack ids of the deliveries of the last while: a StreamingPull window is 10,000 by
-# default; an entry is about 250 bytes.
-ISSUED = Issued(200_000)
-
-
 def _scan(ack_ids: list[str]) -> list[AckId] | None:
-    """Every id parsed, by one scan of their joined text; None if any is malformed.
-    Ids this process issued lately are looked up (``ISSUED``)."""
-    try:
-        known = ISSUED.find(ack_ids)
-    except TypeError:  # an id that is not even hashable
-        return None
-    if None not in known:
-        return known  # type: ignore[return-value]  # no None in it
+    """Every id parsed, by one scan of their joined text; None if any is malformed."""
     try:
         text = "\n".join(ack_ids)
     except TypeError:  # not all strings

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 from lakepubsub import constants
 from lakepubsub._lake import table_schemas
-from lakepubsub.delivery.ackids import INVALID_ACK_ID, ISSUED, AckId
+from lakepubsub.delivery.ackids import INVALID_ACK_ID, AckId
 from lakepubsub.delivery.leases import (
     HELD,
     LEASE_SLACK_US,
@@ -27,7 +27,6 @@ from lakepubsub.delivery.leases import (
 
 # Builds a named tuple from a tuple of its fields, without argument handling.
 _new = tuple.__new__
-_ACK_ID = functools.partial(tuple.__new__, AckId)
 _ROW = functools.partial(tuple.__new__, Row)
 
 
@@ -95,13 +94,9 @@ def _new_leases(kind: int, offsets: list[int], deliveries: range, deadline_us: i
     return zip(zip(repeat(kind), offsets, strict=False), map(_ROW, fields), strict=False)
 
 
-def _issue(tag: str, kind: int, offsets: list[int], deliveries: range) -> list[str]:
-    """The ack ids of new leases as text (the delivery's answer), each remembered
-    parsed (``ackids.ISSUED``; the parsed ids are zipped and built in C)."""
-    texts = [f"{tag}-m{o}-{d}" for o, d in zip(offsets, deliveries, strict=True)]
-    fields = zip(repeat(tag), repeat(kind), offsets, deliveries, strict=False)
-    ISSUED.add(texts, list(map(_ACK_ID, fields)))
-    return texts
+def _ack_ids(tag: str, offsets: list[int], deliveries: range) -> list[str]:
+    """The ack ids of new leases, as text (the delivery's answer)."""
+    return [f"{tag}-m{o}-{d}" for o, d in zip(offsets, deliveries, strict=True)]
 
 
 class Claim(NamedTuple):
@@ -385,13 +380,13 @@ class Planner:
 
     def lease_new(self, offsets: list[int], ordering_keys: list[str | None]) -> list[str]:
         """``lease`` for messages past the frontier (no row yet), in bulk: the rows
-        ``lease`` would make and their ack ids (``_issue``), in one pass each."""
+        ``lease`` would make and their ack ids (``_ack_ids``), in one pass each."""
         first = self.cursor.next_delivery
         self.cursor.next_delivery = first + len(offsets)
         deliveries = range(first, first + len(offsets))
         kind, deadline_us = table_schemas.KIND_MESSAGE, self.now_us + self.policy.lease_us
         self.changed.update(_new_leases(kind, offsets, deliveries, deadline_us, ordering_keys))
-        return _issue(self.policy.tag, kind, offsets, deliveries)
+        return _ack_ids(self.policy.tag, offsets, deliveries)
 
     def set_lease_deadline(self, key: Key, deadline_s: int, slack_us: int = 0) -> None:
         """Give a row leased by this plan a deadline of its own (``deadline_s`` from now,
