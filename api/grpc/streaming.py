@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import operator
 import time
 from collections.abc import AsyncIterator
 from concurrent.futures import Future
@@ -62,11 +61,6 @@ DEFAULT_MAX_OUTSTANDING = 10_000
 # Clients that open a stream with this protocol_version or later expect an answer
 # to their keepalive pings (empty requests).
 PING_PROTOCOL_VERSION = 1
-
-
-_ACK_ID_OF = operator.itemgetter(0)  # ReceivedMessage.ack_id
-_MESSAGE_OF = operator.itemgetter(2)  # ReceivedMessage.message
-_SIZE = operator.itemgetter(6)  # Message.size
 
 
 class Stream:
@@ -223,9 +217,8 @@ class Stream:
         """Deliveries take the stream's room from now until acked, nacked or expired."""
         until = time.monotonic() + lease_s
         self._soonest = min(self._soonest, until)
-        # In C: an event (no message) has no size; Message.size is its last field.
-        size = sum(map(_SIZE, filter(None, map(_MESSAGE_OF, received))))
-        ack_ids = list(map(_ACK_ID_OF, received))
+        size = sum(r.message.size for r in received if r.message is not None)
+        ack_ids = [r.ack_id for r in received]
         lease = None if self.exactly_once else (lease_s, started)
         lot = Lot(self, ack_ids, size, until, lease)
         self.door.streams.delivered(lot)

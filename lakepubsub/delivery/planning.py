@@ -6,11 +6,8 @@ busy ordering keys; exhausted ones go to the dead-letter topic). The dispatcher
 
 from __future__ import annotations
 
-import functools
 import math
-import operator
 from collections.abc import Callable
-from itertools import repeat
 
 import orjson
 
@@ -43,11 +40,6 @@ MAX_SCAN_PER_CYCLE = 100_000
 # assumes at least this pass rate (a filter that passed nothing lately).
 SCAN_MARGIN = 1.1
 MIN_PASS_RATE = 1 / 64
-
-
-_OFFSET = operator.itemgetter(0)  # Message.offset
-_ORDERING_KEY = operator.itemgetter(5)  # Message.ordering_key
-_RECEIVED = functools.partial(tuple.__new__, ReceivedMessage)
 
 
 class Claimer:
@@ -136,15 +128,12 @@ class Claimer:
                         break
             else:  # every message read (and passed) goes, up to the demand
                 taken = from_arrow(table.slice(0, wanted))
-            # Offsets, keys (None for none) and deliveries in C, but for keys that exist.
-            keys: list[str | None] = (
-                [k or None for k in map(_ORDERING_KEY, taken)]
-                if any(map(_ORDERING_KEY, taken))
-                else [None] * len(taken)
+            ack_ids = planner.lease_new(
+                [m.offset for m in taken], [m.ordering_key or None for m in taken]
             )
-            ack_ids = planner.lease_new(list(map(_OFFSET, taken)), keys)
+            new = tuple.__new__
             claims.extend(
-                map(_RECEIVED, zip(ack_ids, repeat(1), taken, repeat(None), strict=False))
+                [new(ReceivedMessage, (a, 1, m, None)) for a, m in zip(ack_ids, taken, strict=True)]
             )
             if len(taken) == wanted:
                 end = taken[-1].offset + 1
