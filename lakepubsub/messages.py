@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import functools
-import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -119,35 +118,24 @@ class ReceivedMessage(NamedTuple):
     event: TruncationEvent | None = None
 
 
-# Builds a Message from a tuple of its fields, in C (no argument handling).
-_MESSAGE = functools.partial(tuple.__new__, Message)
-
-
 def from_arrow(table: pa.Table) -> list[Message]:
-    """Messages-table rows as ``Message`` objects, in row order. The rows are zipped
-    and built in C; only columns with nulls get a pass in Python (a pass per row
-    was a tenth of a drain's dispatcher)."""
-    n = table.num_rows
-    if not n:
+    """Messages-table rows as ``Message`` objects, in row order."""
+    if not table.num_rows:
         return []
-    column = table.column
-    data, attributes, keys = column("data"), column("attributes"), column("ordering_key")
-    if attributes.null_count == n:  # none has attributes: an empty dict each
-        attribute_dicts: Iterable[dict[str, str]] = map(dict, itertools.repeat((), n))
-    else:
-        attribute_dicts = [dict(a) if a else {} for a in attributes.to_pylist()]
-    return list(
-        map(
-            _MESSAGE,
-            zip(
-                column("offset").to_pylist(),
-                column("message_id").to_pylist(),
-                column("publish_time").cast(pa.int64()).to_pylist(),
-                data.to_pylist() if not data.null_count else [d or b"" for d in data.to_pylist()],
-                attribute_dicts,
-                keys.to_pylist() if not keys.null_count else [k or "" for k in keys.to_pylist()],
-                column("size").to_pylist(),
-                strict=True,
-            ),
+    new = tuple.__new__
+    return [
+        new(
+            Message,
+            (offset, message_id, us, data or b"", dict(attrs) if attrs else {}, key or "", size),
         )
-    )
+        for offset, message_id, us, data, attrs, key, size in zip(
+            table.column("offset").to_pylist(),
+            table.column("message_id").to_pylist(),
+            table.column("publish_time").cast(pa.int64()).to_pylist(),
+            table.column("data").to_pylist(),
+            table.column("attributes").to_pylist(),
+            table.column("ordering_key").to_pylist(),
+            table.column("size").to_pylist(),
+            strict=True,
+        )
+    ]
