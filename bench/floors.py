@@ -292,7 +292,7 @@ def grpc_batched_pair(binary: Path, publishers: int, n: int) -> list[w.Result]:
         if ran["published"] != n:
             raise BenchError(f"{ran['published']} of {n} publishes confirmed")
         results += [
-            *w.publish_figures(system, case, seconds=ran.elapsed_s, messages=n)[:1],
+            w.result(system, case, w.THROUGHPUT, w.MSGS_PER_S, n / ran.elapsed_s),
             *w.usage_figures(system, case, usage, client_cpu_s=ran.cpu_s, messages=n),
         ]
     return results
@@ -305,19 +305,18 @@ def grpc_drain_pair(binary: Path, n: int) -> list[w.Result]:
     with NatsServer() as server:
         side = peer_nats.Side(server, workload.ack_deadline_s, durable=grpc_bench.PUSH_DURABLE)
         results = grpc_bench.run_drain(side, binary, workload)
-    receiving = ["-max-outstanding", str(workload.max_outstanding),
-                 "-streams", str(grpc_bench.STREAMS)]  # fmt: skip
     with _empty_grpc(n) as (pid, port):
         env = {"PUBSUB_EMULATOR_HOST": f"127.0.0.1:{port}"}
         args = ["-system", "pubsub", "-subscription", "projects/bench/subscriptions/floors",
-                "-mode", "drain", "-messages", str(n), *receiving]  # fmt: skip
+                "-mode", "drain", "-messages", str(n),
+                *grpc_bench.receiving_args(workload)]  # fmt: skip
         ran, usage = grpc_bench.run_loadgen(binary, args, server_pid=pid, env=env)
     if ran["distinct"] != n or ran["redelivered"]:
         raise BenchError(f"{ran['distinct']} of {n} messages received")
     case = workload.drain_case
     return [
         *(r for r in results if r.metric in DRAIN_METRICS),
-        *w.consume_figures(FLOOR, case, seconds=ran.elapsed_s, messages=n, drain=False)[:1],
+        w.result(FLOOR, case, w.THROUGHPUT, w.MSGS_PER_S, n / ran.elapsed_s),
         *w.usage_figures(FLOOR, case, usage, client_cpu_s=ran.cpu_s, messages=n),
     ]
 

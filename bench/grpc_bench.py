@@ -321,12 +321,18 @@ def run_latency(
     ]
 
 
+def receiving_args(workload: GrpcWorkload) -> list[str]:
+    """``bench/loadgen``'s receiver settings for ``workload`` (both systems)."""
+    return ["-max-outstanding", str(workload.max_outstanding), "-streams", str(STREAMS)]
+
+
 def _loadgen(
     side: _Side, binary: Path, args: list[str], workload: GrpcWorkload
 ) -> tuple[LoadgenReport, ProcessUsage]:
-    receiving = ["-max-outstanding", str(workload.max_outstanding), "-streams", str(STREAMS)]
     target, env = side.loadgen_args()
-    found = run_loadgen(binary, [*target, *args, *receiving], server_pid=side.server.pid, env=env)
+    found = run_loadgen(
+        binary, [*target, *args, *receiving_args(workload)], server_pid=side.server.pid, env=env
+    )
     side.ran()
     return found
 

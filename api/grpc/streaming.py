@@ -73,6 +73,9 @@ class Stream:
         self.name = subscription_name(first.subscription)
         self.exactly_once = bool(sub.enable_exactly_once_delivery)
         self.ordering = bool(sub.enable_message_ordering)
+        self._properties = encode.subscription_properties(
+            exactly_once=self.exactly_once, ordering=self.ordering
+        )
         self.deadline_s = _deadline(first.stream_ack_deadline_seconds)
         # How long the stream's leases last: the client's latest deadline change,
         # which Google's clients send for every message on receipt (their own ack
@@ -227,23 +230,23 @@ class Stream:
         self.out_bytes += size
 
     async def _send(self, received: list[ReceivedMessage]) -> None:
-        properties = encode.subscription_properties(
-            exactly_once=self.exactly_once, ordering=self.ordering
-        )
         for at in range(0, len(received), constants.MAX_PULL_MESSAGES):
-            response = encode.received_messages(
-                received[at : at + constants.MAX_PULL_MESSAGES],
-                attempts=self.attempts,
-                then=properties,
+            await self._write(
+                encode.received_messages(
+                    received[at : at + constants.MAX_PULL_MESSAGES],
+                    attempts=self.attempts,
+                    then=self._properties,
+                )
             )
-            async with self._write_lock:
-                await self.context.write(response)
             self._unsent = received[at + constants.MAX_PULL_MESSAGES :]
 
     async def _write(self, response: Any) -> None:
-        props = response.subscription_properties
-        props.exactly_once_delivery_enabled = self.exactly_once
-        props.message_ordering_enabled = self.ordering
+        """Write a response: deliveries already encoded (with the subscription's
+        properties), or a protobuf message, which gets them here."""
+        if not isinstance(response, bytes):
+            props = response.subscription_properties
+            props.exactly_once_delivery_enabled = self.exactly_once
+            props.message_ordering_enabled = self.ordering
         async with self._write_lock:
             await self.context.write(response)
 

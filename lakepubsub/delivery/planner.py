@@ -146,13 +146,12 @@ class Planner:
         if not self.policy.exactly_once:
             _settle(self.changed, self.state.rows, self.policy.tag, ack_ids)
             return failures
-        for ack in ack_ids:
+        for ack in ack_ids:  # exactly-once: only the live lease's id settles it
             row = self.row(ack.key) if ack.tag == self.policy.tag else None
-            if self.policy.exactly_once and not self._live(row, ack):
-                failures[str(ack)] = INVALID_ACK_ID
-                continue
-            if row is not None:
+            if self._live(row, ack):
                 self.changed[ack.key] = None
+            else:
+                failures[str(ack)] = INVALID_ACK_ID
         return failures
 
     def modify_deadline(self, ack_ids: list[AckId], deadline_s: int) -> dict[str, str]:
