@@ -1,4 +1,4 @@
-"""The garbage collector of a server process.
+"""The memory of a server process: the garbage collector and Arrow's allocator.
 
 A server's heap is mostly what start-up made: modules, the FastAPI and gRPC
 apps, about 150,000 objects the cyclic collector tracks. Its requests make
@@ -15,18 +15,46 @@ reference goes) and collects the young generation after
 ``Settings.gc_young_threshold`` allocations instead of 700. Cyclic garbage is
 still collected, only less often; reference counting frees everything else at
 once, as always.
+
+A server also allocates Arrow memory with jemalloc instead of pyarrow's default,
+mimalloc. A publish commit of a few thousand messages allocates buffers of
+megabytes that are freed before the next commit; mimalloc gives their pages
+back to the kernel and takes fresh ones, which the kernel zeroes
+(``clear_page_erms`` was a quarter of a perf profile). Measured on a 2-core
+machine: ``MessagesTable.append`` of 3,000 messages of 1 KiB in a loop, four
+alternating runs each, cost 6.3-6.9 us per message with mimalloc, 2.3-4.9 with
+jemalloc and 2.3-3.7 with the system allocator; in the gRPC bench's batched
+publish case (8 Go publishers, 200,000 messages), three alternating pairs,
+the publisher thread fell from 6.7-8.3 to 4.3-4.8 us per message and the
+server from 15.4-18.1 to 13.6-14.4; the StreamingPull drain did not change.
+Arrow's own ``ARROW_DEFAULT_MEMORY_POOL``, when set, chooses instead.
 """
 
 from __future__ import annotations
 
 import gc
+import os
+
+import pyarrow as pa
 
 
 def settle(young_threshold: int) -> None:
-    """Freeze the start-up heap and set the young generation's threshold
-    (0 leaves CPython's)."""
+    """Freeze the start-up heap, set the young generation's threshold (0 leaves
+    CPython's) and choose Arrow's allocator."""
+    arrow_allocator()
     gc.collect()  # start-up's own garbage goes first: frozen objects are never collected
     gc.freeze()
     if young_threshold > 0:
         _, older, oldest = gc.get_threshold()
         gc.set_threshold(young_threshold, older, oldest)
+
+
+def arrow_allocator() -> str:
+    """Make jemalloc Arrow's default allocator (the system's in a pyarrow built
+    without it), unless ``ARROW_DEFAULT_MEMORY_POOL`` named one; the one in use."""
+    if not os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
+        try:
+            pa.set_memory_pool(pa.jemalloc_memory_pool())
+        except NotImplementedError:  # pyarrow's ArrowNotImplementedError
+            pa.set_memory_pool(pa.system_memory_pool())
+    return str(pa.default_memory_pool().backend_name)

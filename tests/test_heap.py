@@ -4,6 +4,7 @@ freezing is process-wide."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -25,14 +26,25 @@ a.other, b.other = b, a
 gone = weakref.ref(a)
 del a, b
 gc.collect()
+import pyarrow as pa
+pool = pa.default_memory_pool()
+held = pool.bytes_allocated()
+payload = pa.array([b"x" * 4096])  # allocated from the pool in use
 print(json.dumps({"before": before, "after": gc.get_threshold(), "frozen": frozen,
-                  "cycle_collected": gone() is None, "start_up_alive": len(start_up)}))
+                  "cycle_collected": gone() is None, "start_up_alive": len(start_up),
+                  "arrow_pool": pa.default_memory_pool().backend_name,
+                  "pool_grew": pool.bytes_allocated() - held}))
 """
 
 
-def _probe(threshold: int) -> dict[str, object]:
+def _probe(threshold: int, env: dict[str, str] | None = None) -> dict[str, object]:
+    environment = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
     out = subprocess.run(
-        [sys.executable, "-c", _PROBE, str(threshold)], capture_output=True, text=True, check=True
+        [sys.executable, "-c", _PROBE, str(threshold)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**environment, **(env or {})},
     ).stdout
     result: dict[str, object] = json.loads(out)
     return result
@@ -58,3 +70,15 @@ def test_zero_keeps_cpythons_threshold() -> None:
 def test_threshold_from_the_environment() -> None:
     assert Settings.from_env({}).gc_young_threshold == constants.GC_YOUNG_THRESHOLD
     assert Settings.from_env({"LAKEPUBSUB_GC_YOUNG_THRESHOLD": "0"}).gc_young_threshold == 0
+
+
+def test_a_server_allocates_arrow_memory_with_jemalloc() -> None:
+    # pyarrow's default is mimalloc; a server chooses jemalloc (gc_tuning's docstring).
+    result = _probe(0)
+    assert result["arrow_pool"] == "jemalloc"
+    grew = result["pool_grew"]
+    assert isinstance(grew, int) and grew >= 4096
+
+
+def test_arrows_own_variable_still_chooses() -> None:
+    assert _probe(0, {"ARROW_DEFAULT_MEMORY_POOL": "system"})["arrow_pool"] == "system"
