@@ -34,7 +34,7 @@ CASES = {
 }
 # ``make bench-quick``: every case's CI form, reports in bench/results/tmp (not committed).
 TMP = "bench/results/tmp"
-QUICK = ("compare", "core", "flood", "cost", "scaleout", "floors", "s3 --cases idle,load")
+QUICK = ("compare", "core", "flood", "cost", "scaleout", "floors", "s3 --cases idle,load,backlog")
 
 
 def quick() -> int:

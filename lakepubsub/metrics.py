@@ -42,6 +42,11 @@ DECODED_HITS = Counter(
 DECODED_MISSES = Counter(
     "lakepubsub_decoded_file_misses_total", "Reads of a messages file that decoded it"
 )
+READ_AHEADS = Counter(
+    "lakepubsub_read_ahead_files_total",
+    "Messages files decoded ahead of a reader reading a topic's files in order "
+    "(lakepubsub/publish/decoded.py)",
+)
 PULL_ANSWER_MESSAGES = Histogram(
     "lakepubsub_pull_answer_messages",
     "Messages in each answer a dispatcher cycle gives a pull (small answers: many "

@@ -1,5 +1,5 @@
-"""S3 requests of lakepubsub, counted at a proxy in front of moto: the idle, load and
-flush cases (bench/README.md, "Counted at a proxy"). Writes ``s3*.md``.
+"""S3 requests of lakepubsub, counted at a proxy in front of moto: the idle, load,
+flush and backlog cases (bench/README.md, "Counted at a proxy"). Writes ``s3*.md``.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import orjson
 from bench import report as out
 from bench.harness.lakepubsub_server import REPO, LakePubSubServer
 from bench.harness.meter import ProcessMeter
+from bench.s3 import backlog
 from bench.s3.prices import PROFILES, usd
 from lakepubsub.constants import DEFAULT_ACK_DEADLINE_S
 
@@ -169,6 +170,8 @@ def idle(
 
 
 def load_report(results: list[LoadResult], profile: str) -> list[str]:
+    if not results:
+        return []
     lines = [
         "",
         f"## Load (profile `{profile}`)",
@@ -212,6 +215,10 @@ def report(idle_cases: list[tuple[str, list[str]]], profile: str, window_s: floa
         f"`python -m bench s3` — moto behind `bench/harness/s3_proxy.py` (profile `{profile}`), "
         f"one `lakepubsub serve` process; idle window {window_s:.0f} s after a "
         f"{WARMUP_S:.0f} s warm-up.",
+    ]
+    if not idle_cases:
+        return lines
+    lines += [
         "",
         "## Idle",
         "",
@@ -225,7 +232,9 @@ def report(idle_cases: list[tuple[str, list[str]]], profile: str, window_s: floa
 def main(argv: Sequence[str] | None = None) -> None:
     parser = out.parser(__doc__ or "")
     parser.add_argument("--profile", choices=sorted(PROFILES), default="zero")
-    parser.add_argument("--cases", default="idle,load,flush", help="idle, load, flush")
+    parser.add_argument(
+        "--cases", default="idle,load,flush,backlog", help="idle, load, flush, backlog"
+    )
     parser.add_argument("--flush-windows", default="25,100,250,1000", help="flush case's flush ms")
     parser.add_argument("--intake", action="store_true", help="every case with LAKEPUBSUB_INTAKE=1")
     parser.add_argument("--topics", type=int, default=0, help="of the many-topics case (20)")
@@ -269,7 +278,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             for w in windows
         ]  # fmt: skip
         lines += load_report(sweep, args.profile)
-    every = {"idle", "load", "flush"}
+    if "backlog" in cases:
+        files, runs = (10, 1) if args.quick else (50, 3)
+        lines += backlog.report(backlog.run(files, args.profile, runs), args.profile)
+    every = {"idle", "load", "flush", "backlog"}
     name = "s3" if cases >= every else "s3-" + "-".join(sorted(cases & every))
     if args.profile != "zero":
         name += f"-{args.profile}"

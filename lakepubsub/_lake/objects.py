@@ -72,6 +72,12 @@ class Written:
         with self._lock:
             self._forget(uri)
 
+    def clear(self) -> None:
+        """Keep nothing (as after a restart)."""
+        with self._lock:
+            self._items.clear()
+            self._size = 0
+
     def _forget(self, uri: str) -> None:
         data = self._items.pop(uri, None)
         if data is not None:

@@ -10,6 +10,7 @@ delta-rs's own filtered read on this machine (docs/architecture.md).
 from __future__ import annotations
 
 import bisect
+import functools
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -21,13 +22,20 @@ import pyarrow.parquet as pq
 
 from lakepubsub import metrics
 from lakepubsub._lake import DataFile, Lake, TableLog, storage_errors, table_schemas
-from lakepubsub.publish.decoded import DECODED
+from lakepubsub.publish.decoded import DECODED, READ_AHEAD
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
 _TRACKED = ("offset", "publish_time")
 _Mask = Callable[[pa.Table], pa.Array]
+# How many files after a range a reader of ranges on S3 has decoded ahead, at
+# most (within READ_AHEAD's bytes), and how big each may be: a file decoded ahead
+# is decoded whole, and kept only if its rows take at most a quarter of the
+# decoded files' memory (16 MiB; payloads that compress 4 to 1 fit). Not the
+# compacted files of up to 128 MiB, which a range reads a row group of.
+READ_AHEAD_FILES = 16
+READ_AHEAD_FILE_BYTES = DECODED.max_bytes // 16
 # Compacted files are written in row groups of about this many bytes, so a read
 # of a few thousand offsets decodes one row group, not a 128 MiB file.
 ROW_GROUP_BYTES = 8 * 1024 * 1024
@@ -140,10 +148,15 @@ class MessagesTable:
         return found
 
     def read_range(self, lo: int, hi: int) -> pa.Table:
-        """Rows with ``lo <= offset < hi``, sorted by offset."""
+        """Rows with ``lo <= offset < hi``, sorted by offset. On S3 the files after
+        them are decoded ahead: a reader of a range reads the next one next."""
         if hi <= lo:
             return table_schemas.MESSAGES.empty_table()
-        return self._read(lo, hi)
+        rows = self._read(lo, hi)
+        if self._lake.is_s3:
+            after = bisect.bisect_left(self._los, hi)
+            _read_ahead(self._log, self.uri, self._index[after : after + READ_AHEAD_FILES])
+        return rows
 
     def read_offsets(self, offsets: Sequence[int]) -> pa.Table:
         """Rows with the given offsets (those that still exist), sorted by offset."""
@@ -187,7 +200,11 @@ class MessagesTable:
         parts = []
         with storage_errors(self.uri):
             for path in paths:
-                rows = DECODED.get(self.uri, path)
+                rows = READ_AHEAD.read(self.uri, path)  # decoded ahead, or being
+                if rows is None:
+                    rows = DECODED.get(self.uri, path)
+                else:
+                    metrics.DECODED_HITS.inc()
                 if rows is None:
                     rows = _decode(self._log, self.uri, path, lo, hi)
                 if lo is not None and hi is not None and not self._within(path, lo, hi):
@@ -366,6 +383,19 @@ def numbered(columns: pa.Table, head: int) -> pa.Table:
         },
         schema=table_schemas.MESSAGES,
     )
+
+
+def _read_ahead(log: TableLog, uri: str, later: list[tuple[int, int, int, str]]) -> None:
+    """Start decoding the ``later`` files (index entries, in offset order) on the
+    read-ahead threads (``READ_AHEAD``), while its budget lasts."""
+    for entry in later:
+        path = entry[3]
+        stats = log.files.get(path)
+        decode = functools.partial(_decode, log, uri, path, None, None)
+        if stats is None or stats.size > READ_AHEAD_FILE_BYTES:
+            return
+        if not READ_AHEAD.start(uri, path, stats.size, decode):
+            return
 
 
 def _decode(log: TableLog, uri: str, path: str, lo: int | None, hi: int | None) -> pa.Table:

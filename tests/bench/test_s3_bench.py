@@ -12,6 +12,7 @@ import pytest
 
 from bench.harness.lakepubsub_server import BUCKET, PROJECT, LakePubSubServer
 from bench.harness.s3_proxy import PROFILES, directory_bucket, profile_of
+from bench.s3 import backlog
 from bench.s3.__main__ import LoadResult
 
 pytestmark = pytest.mark.s3
@@ -55,3 +56,14 @@ def test_the_server_commits_publishes_to_the_intake_bucket() -> None:
     assert any(k.startswith("lake/intake/_delta_log/") for k in keys), keys
     # Two Express PUTs, not two Standard ones (~110 ms at the median) and a window.
     assert took < 5.0
+
+
+def test_the_backlog_case_reads_every_message_with_the_same_requests_either_way() -> None:
+    plain, ahead = backlog.run(3, "zero", 1)
+    assert (plain.read_ahead, ahead.read_ahead) == (False, True)
+    assert plain.messages == ahead.messages == 3 * backlog.RANGE
+    # Each file read once either way: a HEAD and its GETs; nothing written.
+    assert plain.kinds == ahead.kinds
+    assert plain.kinds.get("head") == 3 and "put" not in plain.kinds
+    lines = backlog.report([plain, ahead], "zero")
+    assert any(line.startswith("| yes | 3,000 |") for line in lines)
