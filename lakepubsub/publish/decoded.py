@@ -12,10 +12,11 @@ of the process.
 
 from __future__ import annotations
 
+import queue
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 
 import pyarrow as pa
 
@@ -94,7 +95,13 @@ class ReadAhead:
         self._pending: dict[tuple[str, str], Future[pa.Table]] = {}
         self._unread: dict[tuple[str, str], int] = {}  # file bytes, by file
         self._unread_bytes = 0
-        self._pool: ThreadPoolExecutor | None = None
+        # Daemon threads of its own, not a ThreadPoolExecutor, whose exit waits for
+        # every queued decode: a read ahead is never needed, and one waiting on an
+        # unreachable store must not hold up a process's shutdown.
+        self._work: queue.SimpleQueue[tuple[Future[pa.Table], Callable[[], pa.Table]]] = (
+            queue.SimpleQueue()
+        )
+        self._threads: list[threading.Thread] = []
 
     def start(self, uri: str, path: str, size: int, decode: Callable[[], pa.Table]) -> bool:
         """Decode the file (``size`` bytes) on a read-ahead thread (``decode`` keeps
@@ -113,9 +120,15 @@ class ReadAhead:
                 self._unread_bytes = sum(self._unread.values())
                 if self._unread_bytes + size > self._budget:
                     return False
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(READ_AHEAD_THREADS, thread_name_prefix="read-ahead")
-            future = self._pool.submit(decode)
+            if not self._threads:
+                self._threads = [
+                    threading.Thread(target=self._decode, name=f"read-ahead-{i}", daemon=True)
+                    for i in range(READ_AHEAD_THREADS)
+                ]
+                for thread in self._threads:
+                    thread.start()
+            future: Future[pa.Table] = Future()
+            self._work.put((future, decode))
             self._pending[key] = future
             self._unread[key] = size
             self._unread_bytes += size
@@ -136,6 +149,15 @@ class ReadAhead:
             return future.result()
         except Exception:  # the caller's own decode reports what is wrong
             return None
+
+    def _decode(self) -> None:
+        while True:
+            future, decode = self._work.get()
+            future.set_running_or_notify_cancel()
+            try:
+                future.set_result(decode())
+            except Exception as exc:  # the reader decodes the file itself
+                future.set_exception(exc)
 
     def _done(self, key: tuple[str, str]) -> None:
         with self._lock:
