@@ -49,12 +49,12 @@ def settle(young_threshold: int) -> None:
         gc.set_threshold(young_threshold, older, oldest)
 
 
-def arrow_allocator() -> str:
+def arrow_allocator() -> None:
     """Make jemalloc Arrow's default allocator (the system's in a pyarrow built
-    without it), unless ``ARROW_DEFAULT_MEMORY_POOL`` named one; the one in use."""
-    if not os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
-        try:
-            pa.set_memory_pool(pa.jemalloc_memory_pool())
-        except NotImplementedError:  # pyarrow's ArrowNotImplementedError
-            pa.set_memory_pool(pa.system_memory_pool())
-    return str(pa.default_memory_pool().backend_name)
+    without it), unless ``ARROW_DEFAULT_MEMORY_POOL`` named one."""
+    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
+        return
+    try:
+        pa.set_memory_pool(pa.jemalloc_memory_pool())
+    except NotImplementedError:  # pyarrow's ArrowNotImplementedError
+        pa.set_memory_pool(pa.system_memory_pool())

@@ -176,11 +176,11 @@ def load_report(results: list[LoadResult], profile: str) -> list[str]:
         "",
         f"## Load (profile `{profile}`)",
         "",
-        "Google's Python client, default batching unless *single*; open loop; one "
-        "StreamingPull subscriber per topic. Requests and commits from the first "
-        "publish until the subscriber had every message. *placed*: requests to a "
-        "directory bucket (the intake with `--intake-bucket`) at Express One Zone "
-        "prices, the others at Standard.",
+        "One `lakepubsub serve` process. Google's Python client, default batching unless "
+        "*single*; open loop; one StreamingPull subscriber per topic. Requests and "
+        "commits from the first publish until the subscriber had every message. "
+        "*placed*: requests to a directory bucket (the intake with `--intake-bucket`) "
+        "at Express One Zone prices, the others at Standard.",
         "",
         "| case | PUT/1M | GET/1M | HEAD/1M | LIST/1M | $/1M Standard | $/1M Express "
         "| $/1M placed | msgs/topic commit | msgs/intake commit | msgs/lease commit "
@@ -212,15 +212,16 @@ def report(idle_cases: list[tuple[str, list[str]]], profile: str, window_s: floa
     lines = [
         "# lakepubsub on S3: requests counted at the proxy",
         "",
-        f"`python -m bench s3` — moto behind `bench/harness/s3_proxy.py` (profile `{profile}`), "
-        f"one `lakepubsub serve` process; idle window {window_s:.0f} s after a "
-        f"{WARMUP_S:.0f} s warm-up.",
+        f"`python -m bench s3` — moto behind `bench/harness/s3_proxy.py` (profile `{profile}`).",
     ]
     if not idle_cases:
         return lines
     lines += [
         "",
         "## Idle",
+        "",
+        f"One `lakepubsub serve` process; a window of {window_s:.0f} s after a "
+        f"{WARMUP_S:.0f} s warm-up.",
         "",
         "| case | PUT/min | LIST/min | GET/min | HEAD/min | $/month Standard | $/month Express |",
         "|---|---|---|---|---|---|---|",

@@ -391,9 +391,9 @@ def _read_ahead(log: TableLog, uri: str, later: list[tuple[int, int, int, str]])
     for entry in later:
         path = entry[3]
         stats = log.files.get(path)
-        decode = functools.partial(_decode, log, uri, path, None, None)
         if stats is None or stats.size > READ_AHEAD_FILE_BYTES:
             return
+        decode = functools.partial(_decode, log, uri, path, None, None)
         if not READ_AHEAD.start(uri, path, stats.size, decode):
             return
 
