@@ -45,6 +45,11 @@ CHECKPOINT_INTERVAL = "10"
 # How long delta-rs keeps per-writer transaction ids (used for idempotent publish).
 SET_TRANSACTION_RETENTION = "interval 7 days"
 LOG_RETENTION = "interval 7 days"
+# The intake's log entries carry their files' bytes on S3 (publish/intake_files.py),
+# so a week of them would store every message published that week a second time.
+# Nothing reads an old intake version: an entry is needed until its file exists
+# (written beside it) or its rows moved (minutes), so the intake keeps a day.
+INTAKE_LOG_RETENTION = "interval 1 day"
 # A lease table replaces a file on every commit (the cursor's at least;
 # lakepubsub/delivery/lease_table.py), and every checkpoint carries the tombstone of each
 # file removed within delta.deletedFileRetentionDuration, which Delta defaults

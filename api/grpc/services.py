@@ -65,7 +65,12 @@ async def publish(door: GrpcDoor, request: Any, call: Call) -> Message:
     else:
         future = await asyncio.to_thread(engine.publish_batch_future, name, batch)
     ids = await asyncio.wrap_future(future)
-    return pb(ps.PublishResponse)(message_ids=ids)
+    answer: Message = _PUBLISH_RESPONSE(message_ids=ids)
+    return answer
+
+
+# Any: types-protobuf 7.35.1.20261122 gives Message no keyword arguments.
+_PUBLISH_RESPONSE: Any = pb(ps.PublishResponse)
 
 
 # -- Subscriber: the hot paths ---------------------------------------------------------------

@@ -273,8 +273,15 @@ def remove_action(path: str, *, size: int, data_change: bool) -> dict[str, Any]:
     }
 
 
-def commit_body(actions: list[dict[str, Any]], operation: Operation, *, marker: str) -> bytes:
-    """A commit file: its commitInfo (``marker`` as its txnId), then ``actions``."""
+def commit_body(
+    actions: list[dict[str, Any]],
+    operation: Operation,
+    *,
+    marker: str,
+    extra: Mapping[str, Any] | None = None,
+) -> bytes:
+    """A commit file: its commitInfo (``marker`` as its txnId, plus ``extra``'s fields:
+    Delta lets a writer keep any JSON there), then ``actions``."""
     info = {
         "commitInfo": {
             "timestamp": now_ms(),
@@ -284,6 +291,7 @@ def commit_body(actions: list[dict[str, Any]], operation: Operation, *, marker: 
             "engineInfo": ENGINE,
             "clientVersion": ENGINE,
             "txnId": marker,
+            **(extra or {}),
         }
     }
     return b"\n".join(orjson.dumps(a) for a in (info, *actions)) + b"\n"

@@ -20,10 +20,13 @@ statistics are read and written by ``actions.py``.
 
 from __future__ import annotations
 
+import base64
 import logging
+import re
 import time
 import uuid
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -49,17 +52,44 @@ from lakepubsub._lake.storage import Lake, storage_errors
 
 log = logging.getLogger(__name__)
 
+# The commitInfo field of a commit that carries its new data file's bytes (``NewFile``).
+FILE_FIELD = "lakepubsub.file"
+# A data file named for the version its commit takes (``new_file(version=...)``).
+_VERSIONED = re.compile(r"-v(\d+)\.snappy\.parquet$")
 
-class TableLog:
-    """One owner's view of one Delta table: its version, live files, and commits.
+
+@dataclass(frozen=True)
+class NewFile:
+    """A data file built but not necessarily written yet: its name in the table, its
+    bytes and its add action."""
+
+    name: str
+    data: pa.Buffer
+    add: dict[str, Any]
+
+    def record(self) -> dict[str, Any]:
+        """The commitInfo field that makes the commit the file's durable record: a
+        reader that finds the file missing writes it again from there."""
+        encoded = base64.b64encode(memoryview(self.data).cast("B")).decode("ascii")
+        return {FILE_FIELD: {"path": self.name, "parquet": encoded}}
+
+
+class LogView:
+    """One owner's view of one Delta table: its version, live files, and commits
+    (``TableLog`` writes them).
 
     Not thread-safe: one thread (a publisher, a dispatcher) owns an instance.
     ``generation`` changes whenever files were removed or replaced or the view
     reloaded, so an index built on ``added`` knows when appending is not enough.
     """
 
-    def __init__(self, lake: Lake, uri: str, *, tracked: Iterable[str] = ()) -> None:
+    def __init__(
+        self, lake: Lake, uri: str, *, tracked: Iterable[str] = (), payloads: bool = False
+    ) -> None:
         self.uri = uri
+        # With ``payloads``, tailing keeps the bytes of files whose commits carry them
+        # (``NewFile.record``), by path, until the owner takes them.
+        self.payloads: dict[str, bytes] | None = {} if payloads else None
         self._lake = lake
         self._tracked = frozenset(tracked)
         self.version = -1
@@ -113,6 +143,8 @@ class TableLog:
             if any("metaData" in a or "protocol" in a for a in actions):
                 self.load()  # a schema or property change: start over from delta-rs
                 return True
+            if self.payloads is not None:
+                self.payloads.update(_payloads(actions))
             self._apply(actions)
             self.version += 1
             self._confirmed_at = time.monotonic()
@@ -159,6 +191,29 @@ class TableLog:
             self._filesystem = PyFileSystem(DeltaStorageHandler(self.uri, options))
         return self._filesystem
 
+    def _apply(self, actions: list[dict[str, Any]]) -> None:
+        changed = False
+        for action in actions:
+            if "add" in action:
+                add = action["add"]
+                path = add["path"]
+                changed = changed or path in self.files  # re-added: its entry changes
+                self.files[path] = entry = data_file(add, self._tracked)
+                self.added.append(entry)
+            elif "remove" in action:
+                changed = self.files.pop(action["remove"]["path"], None) is not None or changed
+        if changed:
+            self.generation += 1
+            self.added = list(self.files.values())
+
+    def _commit_uri(self, version: int) -> str:
+        return f"{self.uri}/_delta_log/{version:020d}.json"
+
+
+class TableLog(LogView):
+    """A ``LogView`` that also commits: data files, their add and remove actions,
+    compare-and-swap commits, and checkpoints in the background."""
+
     # -- writing -------------------------------------------------------------------------
 
     def write_file(
@@ -175,12 +230,27 @@ class TableLog:
         outcome is unknown stays invisible until vacuum removes it.
         ``data_change=False`` marks a rewrite of rows already in the table (compaction).
         """
+        new = self.new_file(rows, data_change=data_change, row_group_rows=row_group_rows, tags=tags)
+        self.put_file(new)
+        return new.add
+
+    def new_file(
+        self,
+        rows: pa.Table,
+        *,
+        data_change: bool = True,
+        row_group_rows: int | None = None,
+        tags: Mapping[str, str] | None = None,
+        version: int | None = None,
+    ) -> NewFile:
+        """Build ``rows`` as a new data file without writing it (``put_file``). With
+        ``version``, the version its commit is to take is in its name, where a reader
+        that finds it missing looks for its record (``restore_file``)."""
         self._check_writable(removes=False)
-        name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+        stem = f"part-00000-{uuid.uuid4()}-c000"
+        name = f"{stem}.snappy.parquet" if version is None else f"{stem}-v{version}.snappy.parquet"
         data = parquet_file(rows, row_group_rows=row_group_rows)
-        with storage_errors(self.uri):
-            self._lake.objects.put(self.path_of(name), data)
-        return add_action(
+        add = add_action(
             name,
             rows,
             size=data.size,
@@ -188,6 +258,29 @@ class TableLog:
             data_change=data_change,
             tags=tags,
         )
+        return NewFile(name, data, add)
+
+    def put_file(self, new: NewFile) -> None:
+        """Write a file ``new_file`` built."""
+        with storage_errors(self.uri):
+            self._lake.objects.put(self.path_of(new.name), new.data)
+
+    def restore_file(self, path: str) -> bool:
+        """Write a missing data file again from the record its commit carries
+        (``NewFile.record``); False if it has none. The bytes are the ones the writer
+        wrote or meant to write, so a writer's PUT landing as well changes nothing."""
+        match = _VERSIONED.search(path)
+        if match is None:
+            return False
+        with storage_errors(self.uri):
+            body = self._lake.objects.read(self._commit_uri(int(match.group(1))))
+        data = None if body is None else _payloads(checkpoints.parse_commit(body)).get(path)
+        if data is None:
+            return False
+        log.warning("%s: data file %s was missing; written again from its commit", self.uri, path)
+        with storage_errors(self.uri):
+            self._lake.objects.put(self.path_of(path), data)
+        return True
 
     def _modification_time(self) -> int:
         """Now in milliseconds, but after every file this handle wrote before. Delta's
@@ -197,7 +290,7 @@ class TableLog:
         self._last_modification_ms = max(now_ms(), self._last_modification_ms + 1)
         return self._last_modification_ms
 
-    def _discard(self, actions: list[dict[str, Any]]) -> None:
+    def discard(self, actions: list[dict[str, Any]]) -> None:
         """Delete the files of the add actions of a commit that failed (best effort:
         vacuum removes what is left)."""
         for action in actions:
@@ -220,24 +313,34 @@ class TableLog:
         operation: str,
         parameters: Mapping[str, Any],
         blind_append: bool,
+        extra: Mapping[str, Any] | None = None,
+        discard: bool = True,
     ) -> int:
         """Commit ``actions`` as the version after the loaded one; return it.
 
         Raises ``CommitFailedError`` if another writer committed that version
         first: a strict compare-and-swap, as ``max_commit_retries=0``; the
-        files the actions add are deleted then. A commit whose answer was lost
-        but which landed counts as landed.
+        files the actions add are deleted then, unless ``discard`` is false (a
+        caller whose file may still be on its way deletes it once it landed).
+        A commit whose answer was lost but which landed counts as landed.
+        ``extra``: more commitInfo fields.
         """
         try:
-            return self._commit(actions, Operation(operation, parameters, blind_append))
+            return self._commit(actions, Operation(operation, parameters, blind_append), extra)
         except CommitFailedError:
-            self._discard(actions)
+            if discard:
+                self.discard(actions)
             raise
 
-    def _commit(self, actions: list[dict[str, Any]], operation: Operation) -> int:
+    def _commit(
+        self,
+        actions: list[dict[str, Any]],
+        operation: Operation,
+        extra: Mapping[str, Any] | None = None,
+    ) -> int:
         version = self.version + 1
         marker = uuid.uuid4().hex
-        body = commit_body(actions, operation, marker=marker)
+        body = commit_body(actions, operation, marker=marker, extra=extra)
         uri = self._commit_uri(version)
         with storage_errors(self.uri):
             landed = self._lake.objects.put_if_absent(uri, body)
@@ -282,7 +385,7 @@ class TableLog:
                         raise
             raise CommitFailedError(f"{self.uri}: {attempts} versions taken by other writers")
         except CommitFailedError:
-            self._discard(actions)
+            self.discard(actions)
             raise
 
     def committed(self, app_id: str, txn_version: int) -> bool:
@@ -298,21 +401,6 @@ class TableLog:
             raise errors.FailedPrecondition(f"{self.uri}: {self._refused}")
         if removes and self._append_only:
             raise errors.FailedPrecondition(f"{self.uri}: the table is append-only")
-
-    def _apply(self, actions: list[dict[str, Any]]) -> None:
-        changed = False
-        for action in actions:
-            if "add" in action:
-                add = action["add"]
-                path = add["path"]
-                changed = changed or path in self.files  # re-added: its entry changes
-                self.files[path] = entry = data_file(add, self._tracked)
-                self.added.append(entry)
-            elif "remove" in action:
-                changed = self.files.pop(action["remove"]["path"], None) is not None or changed
-        if changed:
-            self.generation += 1
-            self.added = list(self.files.values())
 
     def _maybe_checkpoint(self) -> None:
         now = time.monotonic()
@@ -330,5 +418,12 @@ class TableLog:
                 self.uri, self.version, self._lake.storage_options, self._lake.objects
             )
 
-    def _commit_uri(self, version: int) -> str:
-        return f"{self.uri}/_delta_log/{version:020d}.json"
+
+def _payloads(actions: list[dict[str, Any]]) -> dict[str, bytes]:
+    """The data file bytes a commit carries in its commitInfo, by path."""
+    found = {}
+    for action in actions:
+        record = action.get("commitInfo", {}).get(FILE_FIELD)
+        if record is not None:
+            found[record["path"]] = base64.b64decode(record["parquet"])
+    return found

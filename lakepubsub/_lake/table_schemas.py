@@ -101,5 +101,6 @@ CATALOG_PROPERTIES = dict(_COMMON)
 INTAKE_PROPERTIES = {
     **MESSAGES_PROPERTIES,
     "delta.checkpointInterval": constants.INTAKE_CHECKPOINT_INTERVAL,
+    "delta.logRetentionDuration": constants.INTAKE_LOG_RETENTION,
 }
 TRUNCATIONS_PROPERTIES = {**_COMMON, "delta.appendOnly": "true"}

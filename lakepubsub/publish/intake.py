@@ -7,7 +7,9 @@ messages a second each: one commit per two messages, $5.30 per million in
 numbered rows to one committer, which writes all of them, topic by topic, into
 one parquet file of the lake-wide ``intake`` table and commits it as the next
 version (a strict compare-and-swap, as a topic's own commit). A publish is
-answered once that commit landed, as before.
+answered once that commit landed, as before; on S3 the commit's log entry
+carries the file's bytes and the file is written beside it (``intake_files``),
+so the answer waits for one PUT, not two in a row.
 
 A topic's rows stay in the intake until they are ``INTAKE_MOVE_BYTES`` or the oldest
 is ``Settings.move_after_s()`` old; then the topic's owner appends them, offsets
@@ -44,6 +46,7 @@ from lakepubsub._lake import Lake
 from lakepubsub._lake import table_schemas as schemas
 from lakepubsub.publish import intake_ranges
 from lakepubsub.publish.committer import Committer
+from lakepubsub.publish.intake_files import FilePuts
 from lakepubsub.publish.intake_moves import Hooks, Mover, Transactions
 from lakepubsub.publish.intake_view import IntakeView
 from lakepubsub.publish.messages_table import attach_overlay, numbered
@@ -97,6 +100,8 @@ class Intake(Committer[_Pending]):
         # (commits, housekeeping), a reader's look (``refresh``), a job's ``move_all``.
         self._work = threading.Lock()
         self._housekeep_at = 0.0
+        # On S3, files are written beside their commits (intake_files).
+        self._puts = FilePuts() if lake.is_s3 else None
 
     # -- the publishers' side -------------------------------------------------------------
 
@@ -120,6 +125,8 @@ class Intake(Committer[_Pending]):
     def close(self) -> None:
         """Commit what is queued, then stop (rows not moved stay in the intake)."""
         super().close()
+        if self._puts is not None:
+            self._puts.close()
         attach_overlay(self._lake, None)
 
     # -- the readers' side (any thread) ------------------------------------------------------
@@ -238,13 +245,23 @@ class Intake(Committer[_Pending]):
                 parts.append(_with_topic(rows, topic_uid))
             body = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
             txn_version = self._txns.next()
-            add = log_.write_file(body, tags=intake_ranges.encode(ranges))
             txn = {"txn": {"appId": self._txns.app_id, "version": txn_version}}
+            new = log_.new_file(body, tags=intake_ranges.encode(ranges), version=log_.version + 1)
+            landing = None if self._puts is None else self._puts.start(log_, new)
+            if landing is None:
+                log_.put_file(new)
             try:
                 log_.commit(
-                    [add, txn], operation="WRITE", parameters={"mode": "Append"}, blind_append=True
+                    [new.add, txn],
+                    operation="WRITE",
+                    parameters={"mode": "Append"},
+                    blind_append=True,
+                    extra=None if landing is None else new.record(),
+                    discard=landing is None,
                 )
             except CommitFailedError:
+                if self._puts is not None and landing is not None:
+                    self._puts.discard(log_, new, landing)
                 metrics.COMMIT_CONFLICTS.labels("intake").inc()
                 if not budget.another():
                     raise errors.Aborted(
@@ -260,7 +277,7 @@ class Intake(Committer[_Pending]):
             metrics.COMMITS.labels("intake").inc()
             metrics.COMMIT_SECONDS.labels("intake").observe(time.monotonic() - started)
             metrics.ROWS_PER_COMMIT.labels("intake").observe(body.num_rows)
-            return firsts, by_topic, add["add"]["path"]
+            return firsts, by_topic, new.name
 
     def _head(self, topic_uid: str) -> int:
         """Where the topic's next rows start: past its table's head (reread when the

@@ -2,7 +2,9 @@
 holds, and the rows themselves for readers (``MessagesTable``'s overlay).
 
 Rows this process committed stay in memory up to ``MEMORY_BYTES`` (oldest dropped
-first); other rows are read back from their file.
+first), and so do rows whose commit entry carried them (on S3, ``intake_files``),
+learned by tailing the log; other rows are read back from their file, which is
+written again from its commit entry if it is missing.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from lakepubsub import errors
 from lakepubsub._lake import Lake, TableLog, storage_errors
 from lakepubsub._lake import table_schemas as schemas
 from lakepubsub.publish import intake_ranges
@@ -78,7 +81,7 @@ class IntakeView:
             configuration=schemas.INTAKE_PROPERTIES,
             description="lakepubsub intake",
         )
-        self._log = TableLog(self._lake, self.uri)
+        self._log = TableLog(self._lake, self.uri, payloads=self._lake.is_s3)
         self.index_files(intake_ranges.replayed_tags(self._lake, self.uri, self._log.version))
 
     def tail(self) -> None:
@@ -149,17 +152,26 @@ class IntakeView:
 
     def ranges_of(self, path: str) -> Ranges:
         """A file's topic ranges, from its rows (files found by a load carry no tags)."""
-        with storage_errors(self.uri):
-            rows = pq.read_table(
-                self.log.open_file(path), columns=["topic_uid", "offset", "publish_time"]
-            )
-        return intake_ranges.from_rows(rows)
+        return intake_ranges.from_rows(
+            self._parquet(path, columns=["topic_uid", "offset", "publish_time"])
+        )
 
     def _read_file(self, path: str, topic_uid: str) -> pa.Table:
+        return _topic_rows(self._parquet(path, use_threads=False), topic_uid)
+
+    def _parquet(self, path: str, **options: object) -> pa.Table:
+        """A live file's rows; a file missing is written again from its commit entry
+        (its writer died, or failed to write it, after the entry landed)."""
+        try:
+            with storage_errors(self.uri):
+                return pq.read_table(self.log.open_file(path), **options)
+        except errors.Unavailable:
+            with storage_errors(self.uri):
+                missing = not self._lake.objects.exists(self.log.path_of(path))
+            if not (missing and self.log.restore_file(path)):
+                raise
         with storage_errors(self.uri):
-            rows = pq.read_table(self.log.open_file(path), use_threads=False)
-        rows = rows.filter(pc.equal(rows["topic_uid"], topic_uid))
-        return rows.select(schemas.MESSAGES.names).cast(schemas.MESSAGES)
+            return pq.read_table(self.log.open_file(path), **options)
 
     # -- changes (one thread at a time) --------------------------------------------------------
 
@@ -243,16 +255,25 @@ class IntakeView:
                 found.update(zip(untagged, pool.map(self.ranges_of, untagged), strict=True))
         elif untagged:
             found[untagged[0]] = self.ranges_of(untagged[0])
+        payloads = log_.payloads or {}
         for f in fresh:
             ranges = found[f.path]
             assert ranges is not None
+            carried = payloads.get(f.path)
+            rows = None if carried is None else pq.read_table(pa.BufferReader(carried))
             with self._lock:
                 slices = self._paths.setdefault(f.path, {})
                 for topic_uid, (lo, hi, first_us, last_us) in ranges.items():
                     held = Slice(f.path, lo, hi, first_us, last_us, now)
+                    if rows is not None:  # the commit entry carried them: no read
+                        held.rows = _topic_rows(rows, topic_uid)
+                        held.nbytes = held.rows.nbytes
+                        self._memory += held.nbytes
                     slices[topic_uid] = held
                     _insert(self._slices.setdefault(topic_uid, []), held)
                     self._next[topic_uid] = max(self._next.get(topic_uid, 0), hi)
+                self._shed()
+        payloads.clear()
 
     def _forget(self, path: str) -> None:
         for topic_uid, held in self._paths.pop(path, {}).items():
@@ -263,6 +284,12 @@ class IntakeView:
                 self._memory -= held.nbytes
             if not slices:
                 self._slices.pop(topic_uid, None)
+
+
+def _topic_rows(rows: pa.Table, topic_uid: str) -> pa.Table:
+    """One topic's rows of an intake file, as its messages table holds them."""
+    rows = rows.filter(pc.equal(rows["topic_uid"], topic_uid))
+    return rows.select(schemas.MESSAGES.names).cast(schemas.MESSAGES)
 
 
 def _insert(slices: list[Slice], held: Slice) -> None:
