@@ -301,3 +301,29 @@ def test_the_intake_drains_into_the_topics_tables_and_goes(lake: LakeSpec) -> No
             assert got == [(ids[i][n], f"{i}:{n}".encode()) for n in range(4)]
             assert engine.publish(topic, [PublishMessage(b"after")]) == ["4"]
     assert "has no intake" in drain().stdout
+
+
+def test_a_publish_does_not_wait_for_a_move(local_lake: LakeSpec) -> None:
+    """Moves run on the housekeeper's thread under the mover's own lock: while one
+    holds the topics' tables, publishes are numbered from the head last read."""
+    topic, sub = _names(0)
+    with _engine_with_one_topic(local_lake, intake_move_s=3600.0) as engine:
+        assert engine.publish(topic, [PublishMessage(b"a")]) == ["0"]
+        intake = engine.intake
+        assert intake is not None
+        pool = ThreadPoolExecutor(1)
+        with intake.mover._lock:  # as a move does, for as long as it takes
+            running = pool.submit(
+                lambda: [engine.publish(topic, [PublishMessage(b"m")])[0] for _ in range(5)]
+            )
+            try:
+                ids = running.result(timeout=10)
+            except TimeoutError:
+                ids = []  # it waited for the tables
+        pool.shutdown()
+        assert ids == ["1", "2", "3", "4", "5"]
+        intake.move_all()  # and the move itself still lands the rows in the table
+        uid = engine.resources.topic_entry(topic).uid
+        table = MessagesTable(engine.lake, uid, overlay=False)
+        assert table.head() == 6
+        assert sorted(int(m) for m, _ in _drain(engine, sub, 6)) == list(range(6))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -59,8 +60,10 @@ class Hooks:
 
 @dataclass(eq=False)
 class Mover:
-    """The intake committer's moves and removals, and its handles on the topics'
-    tables. Called from one thread at a time (the intake's work lock)."""
+    """The intake's moves and removals, and its handles on the topics' tables, under
+    a lock of its own; the committer reads topics' heads from here. ``housekeep``
+    takes the intake's log lock for what touches the intake's log (looks,
+    removals), before its own."""
 
     lake: Lake
     settings: Settings
@@ -73,54 +76,79 @@ class Mover:
     _moved_at: dict[str, float] = field(default_factory=dict, init=False)
     _removal_at: float = field(default=0.0, init=False)
     _look_at: float = field(default=0.0, init=False)
+    # Each topic's table head when last read, and when (``head`` while a move runs).
+    _heads: dict[str, tuple[int, float]] = field(default_factory=dict, init=False)
+    _lock: threading.RLock = field(default_factory=threading.RLock, init=False)
 
     def table(self, topic_uid: str, *, max_age_s: float) -> MessagesTable:
         """The topic's table, reread when this handle is older than ``max_age_s``."""
-        now = time.monotonic()
-        held = self._tables.get(topic_uid)
-        if held is None:
-            table = MessagesTable(self.lake, topic_uid, overlay=False)
-        else:
-            table, read_at = held
-            if now - read_at <= max_age_s:
-                return table
-            table.refresh()
-        self._tables[topic_uid] = (table, now)
-        return table
+        with self._lock:
+            now = time.monotonic()
+            held = self._tables.get(topic_uid)
+            if held is None:
+                table = MessagesTable(self.lake, topic_uid, overlay=False)
+            else:
+                table, read_at = held
+                if now - read_at <= max_age_s:
+                    return table
+                table.refresh()
+            self._tables[topic_uid] = (table, now)
+            self._heads[topic_uid] = (table.head(), now)
+            return table
 
-    def housekeep(self) -> None:
+    def head(self, topic_uid: str, *, max_age_s: float) -> int:
+        """The topic's table head, for numbering: from a read at most ``max_age_s``
+        old, or, while a move holds the tables, the last read if it is at most
+        ``INTAKE_HEAD_STALE_S`` old (rows leave the intake only
+        ``INTAKE_REMOVE_GRACE_S`` after they moved, so a read that old shows every
+        row the intake no longer holds)."""
+        if not self._lock.acquire(blocking=False):
+            known = self._heads.get(topic_uid)
+            if known is not None and time.monotonic() - known[1] <= constants.INTAKE_HEAD_STALE_S:
+                return known[0]
+            self._lock.acquire()
+        try:
+            return self.table(topic_uid, max_age_s=max_age_s).head()
+        finally:
+            self._lock.release()
+
+    def housekeep(self, log_lock: threading.Lock) -> None:
         """Learn of other processes' commits when due, move the topics due (those this
         process owns), and remove moved files when a removal pass is due."""
         now = time.monotonic()
         if now >= self._look_at:  # other processes' commits (a takeover, a stray writer)
             self._look_at = now + self.settings.change_check(self.hooks.peered())
-            self.view.tail()
+            with log_lock:
+                self.view.tail()
         move_after_s = self.settings.move_after_s()
-        due = [
-            topic_uid
-            for topic_uid, slices in self.view.slices().items()
-            if self._due(topic_uid, slices, now, move_after_s)
-        ]
+        with self._lock:
+            due = [
+                topic_uid
+                for topic_uid, slices in self.view.slices().items()
+                if self._due(topic_uid, slices, now, move_after_s)
+            ]
         for topic_uid in due:
             if self._moves_itself(topic_uid):
                 self.move(topic_uid)
         if self.hooks.moves and now >= self._removal_at:
             self._removal_at = now + REMOVAL_PASS_S
-            self.remove_moved(now)
+            with log_lock:
+                self.remove_moved(now)
 
     def unmoved(self) -> list[str]:
         """Topics (still alive) whose table, read afresh, lacks some of the offsets the
         intake holds for them."""
         left = []
-        for topic_uid, hi in self.view.highs().items():
-            if not self.hooks.alive(topic_uid):
-                continue
-            try:
-                table = self.table(topic_uid, max_age_s=0.0)
-            except errors.NotFound:
-                continue
-            if table.head() < hi:
-                left.append(topic_uid)
+        with self._lock:
+            for topic_uid, hi in self.view.highs().items():
+                if not self.hooks.alive(topic_uid):
+                    continue
+                try:
+                    table = self.table(topic_uid, max_age_s=0.0)
+                except errors.NotFound:
+                    continue
+                if table.head() < hi:
+                    left.append(topic_uid)
         return left
 
     def _due(self, topic_uid: str, slices: list[Slice], now: float, move_after_s: float) -> bool:
@@ -134,6 +162,10 @@ class Mover:
 
     def move(self, topic_uid: str) -> None:
         """Append the topic's intake rows past its table's head to the table."""
+        with self._lock:
+            self._move(topic_uid)
+
+    def _move(self, topic_uid: str) -> None:
         if not self.hooks.alive(topic_uid):
             self._tables.pop(topic_uid, None)
             return
@@ -159,6 +191,7 @@ class Mover:
                 table.refresh()
                 continue
             self._tables[topic_uid] = (table, time.monotonic())
+            self._heads[topic_uid] = (table.head(), time.monotonic())
             break
         now = time.monotonic()
         for path in self.view.release(topic_uid, table.head()):
