@@ -261,7 +261,8 @@ class TableLog(LogView):
         return NewFile(name, data, add)
 
     def put_file(self, new: NewFile) -> None:
-        """Write a file ``new_file`` built."""
+        """Write a file ``new_file`` built (from any thread: it changes nothing of the
+        log's state)."""
         with storage_errors(self.uri):
             self._lake.objects.put(self.path_of(new.name), new.data)
 
