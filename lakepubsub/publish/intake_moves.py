@@ -92,9 +92,14 @@ class Mover:
                 if now - read_at <= max_age_s:
                     return table
                 table.refresh()
-            self._tables[topic_uid] = (table, now)
-            self._heads[topic_uid] = (table.head(), now)
+            self._keep(topic_uid, table)
             return table
+
+    def _keep(self, topic_uid: str, table: MessagesTable) -> None:
+        """Remember the topic's table as read now, and its head for ``head``."""
+        now = time.monotonic()
+        self._tables[topic_uid] = (table, now)
+        self._heads[topic_uid] = (table.head(), now)
 
     def head(self, topic_uid: str, *, max_age_s: float) -> int:
         """The topic's table head, for numbering: from a read at most ``max_age_s``
@@ -190,8 +195,7 @@ class Mover:
                     return  # the next pass tries again
                 table.refresh()
                 continue
-            self._tables[topic_uid] = (table, time.monotonic())
-            self._heads[topic_uid] = (table.head(), time.monotonic())
+            self._keep(topic_uid, table)
             break
         now = time.monotonic()
         for path in self.view.release(topic_uid, table.head()):
