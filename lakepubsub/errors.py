@@ -6,11 +6,12 @@ them and never deals with HTTP.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 from collections.abc import Iterable
-from concurrent.futures import Future
-from typing import Any, ClassVar
+from concurrent.futures import Future, InvalidStateError
+from typing import Any, ClassVar, TypeVar
 
 # An S3 error document inside a storage error's text: <Code>NoSuchBucket</Code><Message>…
 _S3_ERROR = re.compile(r"<Code>([^<]+)</Code>\s*<Message>([^<]+)</Message>")
@@ -117,11 +118,28 @@ def one_line(text: str) -> str:
     return first
 
 
+T = TypeVar("T")
+
+
+def settle(future: Future[T], value: T) -> None:
+    """Answer ``future`` with ``value``, unless its caller withdrew (cancelled it: a
+    client's deadline passed or its call ended) and misses the answer. Every other
+    future answered with it still gets its own."""
+    with contextlib.suppress(InvalidStateError):
+        future.set_result(value)
+
+
+def fail(future: Future[Any], exc: BaseException) -> None:
+    """``settle`` with an exception."""
+    with contextlib.suppress(InvalidStateError):
+        future.set_exception(exc)
+
+
 def fail_all(futures: Iterable[Future[Any]], exc: BaseException, what: str) -> None:
-    """Answer every future with ``exc``; an exception that is not one of ours is
-    logged as ``what`` failing and answered INTERNAL."""
+    """Answer every future (``fail``) with ``exc``; an exception that is not one of ours
+    is logged as ``what`` failing and answered INTERNAL."""
     failure = exc if isinstance(exc, LakePubSubError) else Internal(str(exc))
     if not isinstance(exc, LakePubSubError):
         logging.getLogger(__name__).error("%s failed", what, exc_info=exc)
     for future in futures:
-        future.set_exception(failure)
+        fail(future, failure)

@@ -95,3 +95,20 @@ def test_the_flush_window_default_follows_the_storage_kind() -> None:
     assert Settings.from_env({**env, "LAKEPUBSUB_FLUSH_MS": "100"}).flush_s() == 0.1
     with pytest.raises(ValueError, match="LAKEPUBSUB_S3_TIER"):
         Settings.from_env({**env, "LAKEPUBSUB_S3_TIER": "glacier"})
+
+
+@pytest.mark.parametrize("intake", [False, True])
+def test_a_publish_its_caller_gave_up_on_leaves_the_others_of_its_commit_answered(
+    local_lake: LakeSpec, intake: bool
+) -> None:
+    """A caller that withdraws (its future cancelled, as the doors do when a client's
+    deadline passes or its call ends) while its publish waits in the window: the
+    publish still commits, and every other publish of the same commit is answered."""
+    with Engine(local_lake.settings(flush_ms=1000.0, intake=intake)) as engine:
+        engine.create_topic(Topic(TOPIC))
+        engine.create_subscription(Subscription(SUB, TOPIC))
+        engine.publish(TOPIC, [PublishMessage(b"first")])  # the window starts after it
+        futures = [engine.publish_future(TOPIC, [PublishMessage(b"m%d" % i)]) for i in range(3)]
+        assert futures[0].cancel() and futures[1].cancel()
+        assert futures[2].result(timeout=30) == ["3"]
+        assert engine.publish(TOPIC, [PublishMessage(b"after")]) == ["4"]

@@ -27,6 +27,8 @@
 //     stamping its send time (attribute / header bench-sent-ns, this
 //     process's clock), while a receiver (as in drain) records receive time
 //     minus send time.
+//   - s3publish, s3subscribe: the S3 bench's open-loop load over many topics
+//     (-topic and -subscription take comma lists; s3load.go).
 //
 // Protocol with the driver: after connecting and building its payloads the
 // program prints {"ready":true} on stdout and, with -wait, waits for one line
@@ -90,7 +92,7 @@ func parseOptions() options {
 	var o options
 	var ackWaitS, timeoutS float64
 	flag.StringVar(&o.system, "system", "pubsub", "pubsub, nats or rest (lakepubsub's REST door)")
-	flag.StringVar(&o.mode, "mode", "", "publish, drain or latency; flood (system rest)")
+	flag.StringVar(&o.mode, "mode", "", "publish, drain or latency; flood (system rest); s3publish, s3subscribe")
 	flag.StringVar(&o.project, "project", "bench", "Pub/Sub project")
 	flag.StringVar(&o.topic, "topic", "", "Pub/Sub topic (id or projects/p/topics/t)")
 	flag.StringVar(&o.subscription, "subscription", "", "Pub/Sub subscription (id or full name)")
@@ -307,6 +309,9 @@ func main() {
 		r.fail("hung: the run did not end %s past its deadline", 2*closeGrace+time.Minute)
 		r.report()
 	})
+	if o.mode == "s3publish" || o.mode == "s3subscribe" {
+		runS3(ctx, o) // s3load.go
+	}
 	var err error
 	switch o.system {
 	case "pubsub":

@@ -4,16 +4,19 @@ flush and backlog cases (bench/README.md, "Counted at a proxy"). Writes ``s3*.md
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
 import orjson
 
+from bench import gobuild
 from bench import report as out
+from bench.grpc_bench import NO_METADATA_ENV
 from bench.harness.lakepubsub_server import REPO, LakePubSubServer
 from bench.harness.meter import ProcessMeter
 from bench.s3 import backlog
@@ -32,6 +35,8 @@ MILLION = 1_000_000
 # Streams open and the first cycles run before the counts are zeroed.
 LOAD_SETTLE_S = 5.0
 LOAD_TIMEOUT_S = 900.0
+CLIENTS = {"python": "Python client", "go": "Go client (`bench/loadgen`)"}
+SECONDS_PER_MONTH = 30 * 24 * 3600
 
 
 @dataclass
@@ -59,6 +64,11 @@ class LoadResult:
         spent = usd(general, "standard") + usd(self.directory_kinds, "express")
         return spent * MILLION / max(1, self.messages)
 
+    def usd_per_month(self) -> float:
+        """The requests' rate over the run (first publish to last delivery), for a month,
+        at Standard prices: what a process under this load costs."""
+        return usd(self.kinds, "standard") * SECONDS_PER_MONTH / max(1e-9, self.wall_s)
+
 
 def _by_kind(counts: dict[str, object], key: str) -> dict[str, int]:
     """One of the proxy's counts (``kinds``, ``keys``, ``directory_kinds``) as numbers."""
@@ -73,6 +83,42 @@ def _json_line(process: subprocess.Popen[bytes]) -> dict[str, object]:
     raise RuntimeError(f"no result from {process.args!r}: {out.decode()[-2000:]}")
 
 
+@dataclass(frozen=True)
+class _Roles:
+    """The commands of a load's two client processes, and their environment."""
+
+    publish: Callable[[Sequence[str], float, float, bool], list[str]]
+    subscribe: Callable[[Sequence[str], int, float], list[str]]
+    env: dict[str, str]
+
+
+def _python_roles(host: str) -> _Roles:
+    module = [sys.executable, "-m", "bench.s3.load"]
+    return _Roles(
+        publish=lambda topics, rate, seconds, single: [
+            *module, "publish", host, "--topics", ",".join(topics), "--rate", str(rate),
+            "--seconds", str(seconds), *(["--single"] if single else [])],
+        subscribe=lambda names, expect, seconds: [
+            *module, "subscribe", host, "--subscriptions", ",".join(names),
+            "--expect", str(expect), "--seconds", str(seconds)],
+        env=dict(os.environ),
+    )  # fmt: skip
+
+
+def _go_roles(host: str) -> _Roles:
+    binary = str(gobuild.build())
+    return _Roles(
+        publish=lambda topics, rate, seconds, single: [
+            binary, "-mode", "s3publish", "-topic", ",".join(topics), "-rate", str(rate),
+            "-duration", str(seconds), "-messages", str(int(rate * seconds)),
+            "-timeout", str(seconds + LOAD_TIMEOUT_S), *(["-single"] if single else [])],
+        subscribe=lambda names, expect, seconds: [
+            binary, "-mode", "s3subscribe", "-subscription", ",".join(names),
+            "-messages", str(expect), "-timeout", str(seconds)],
+        env={**os.environ, **NO_METADATA_ENV, "PUBSUB_EMULATOR_HOST": host},
+    )  # fmt: skip
+
+
 def load(
     label: str,
     topics: int,
@@ -83,10 +129,13 @@ def load(
     profile: str,
     env: dict[str, str] | None = None,
     intake_bucket: str | None = None,
+    client: str = "python",
 ) -> LoadResult:
     """``rate`` messages a second for ``seconds`` over ``topics`` topics, open loop,
     one StreamingPull subscriber per topic; requests counted from the first
-    publish until the subscriber has every message."""
+    publish until the subscriber has every message. ``client``: Google's Python
+    client (``bench/s3/load.py``) or its Go client (``bench/loadgen``, modes
+    s3publish and s3subscribe), each in a publishing and a subscribing process."""
     with LakePubSubServer(
         s3=True, serve=True, proxy=profile, env=env, intake_bucket=intake_bucket
     ) as server:
@@ -98,11 +147,10 @@ def load(
         topic_names, names = zip(*pairs, strict=True)
         total = int(rate * seconds)
         host = server.emulator_host
-        module = [sys.executable, "-m", "bench.s3.load"]
+        roles = _go_roles(host) if client == "go" else _python_roles(host)
         subscriber = subprocess.Popen(
-            [*module, "subscribe", host, "--subscriptions", ",".join(names),
-             "--expect", str(total), "--seconds", str(seconds + 300)],
-            stdout=subprocess.PIPE, cwd=REPO,
+            roles.subscribe(names, total, seconds + 300), stdout=subprocess.PIPE, cwd=REPO,
+            env=roles.env,
         )  # fmt: skip
         assert subscriber.stdout is not None
         subscriber.stdout.readline()  # "ready"
@@ -114,10 +162,11 @@ def load(
         for meter in meters:
             meter.__enter__()
         publisher = subprocess.Popen(
-            [*module, "publish", host, "--topics", ",".join(topic_names), "--rate", str(rate),
-             "--seconds", str(seconds), *(["--single"] if single else [])],
-            stdout=subprocess.PIPE, cwd=REPO,
-        )  # fmt: skip
+            roles.publish(topic_names, rate, seconds, single),
+            stdout=subprocess.PIPE,
+            cwd=REPO,
+            env=roles.env,
+        )
         published = _json_line(publisher)
         delivered = _json_line(subscriber)
         for meter in meters:
@@ -169,23 +218,24 @@ def idle(
     return f"| {label} | {' | '.join(cells)} |", top
 
 
-def load_report(results: list[LoadResult], profile: str) -> list[str]:
+def load_report(results: list[LoadResult], profile: str, client: str = "python") -> list[str]:
     if not results:
         return []
     lines = [
         "",
         f"## Load (profile `{profile}`)",
         "",
-        "One `lakepubsub serve` process. Google's Python client, default batching unless "
+        f"One `lakepubsub serve` process. Google's {CLIENTS[client]}, default batching unless "
         "*single*; open loop; one StreamingPull subscriber per topic. Requests and "
         "commits from the first publish until the subscriber had every message. "
         "*placed*: requests to a directory bucket (the intake with `--intake-bucket`) "
-        "at Express One Zone prices, the others at Standard.",
+        "at Express One Zone prices, the others at Standard. *$/month*: the run's "
+        "request rate for a month, at Standard prices.",
         "",
         "| case | PUT/1M | GET/1M | HEAD/1M | LIST/1M | $/1M Standard | $/1M Express "
-        "| $/1M placed | msgs/topic commit | msgs/intake commit | msgs/lease commit "
+        "| $/1M placed | $/month | msgs/topic commit | msgs/intake commit | msgs/lease commit "
         "| publish p50/p99 ms | e2e p50/p99 ms | failures | duplicates | CPU s server/moto/proxy |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         ack = r.publish.get("ack_ms", {})
@@ -199,7 +249,7 @@ def load_report(results: list[LoadResult], profile: str) -> list[str]:
             f"| {r.per_million('get'):,.0f} | {r.per_million('head'):,.0f} "
             f"| {r.per_million('list'):,.0f} "
             f"| {r.usd_per_million('standard'):.3f} | {r.usd_per_million('express'):.3f} "
-            f"| {r.usd_per_million('placed'):.3f} "
+            f"| {r.usd_per_million('placed'):.3f} | {r.usd_per_month():.2f} "
             f"| {messages_per:.1f} | {intake_per:.1f} | {lease_per:.1f} "
             f"| {ack['p50']:.0f} / {ack['p99']:.0f} | {e2e['p50']:.0f} / {e2e['p99']:.0f} "
             f"| {r.publish.get('failures')} | {r.delivery.get('duplicates')} "
@@ -244,6 +294,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=0.0, help="each load case (60; quick 20)")
     parser.add_argument("--intake-bucket", help="the intake's own bucket (LAKEPUBSUB_INTAKE_LAKE)")
     parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for every server")
+    parser.add_argument(
+        "--client", choices=("python", "go"), default="python",
+        help="load cases' Google client: Python (bench/s3/load.py) or Go (bench/loadgen)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     cases = set(args.cases.split(","))
     base_env = dict(item.split("=", 1) for item in args.env)
@@ -263,14 +317,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     small = args.rate_each or (5.0 if args.quick else 10.0)
     topics = args.topics or (5 if args.quick else 20)
     # Each load case with this run's profile and intake bucket.
-    run = partial(load, seconds=seconds, profile=args.profile, intake_bucket=hot)
+    run = partial(
+        load, seconds=seconds, profile=args.profile, intake_bucket=hot, client=args.client
+    )
     batched = f"1 topic, {rate:.0f} msgs/s, batched"
     loads = [] if "load" not in cases else [
         run(batched, 1, rate, single=False, env=base_env),
         run(f"{topics} topics x {small:.0f} msgs/s, single", topics, topics * small,
             single=True, env=base_env),
     ]  # fmt: skip
-    lines += load_report(loads, args.profile)
+    lines += load_report(loads, args.profile, args.client)
     if "flush" in cases:
         windows = [float(w) for w in args.flush_windows.split(",")]
         sweep = [
@@ -278,7 +334,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 env={**base_env, "LAKEPUBSUB_FLUSH_MS": str(w)})
             for w in windows
         ]  # fmt: skip
-        lines += load_report(sweep, args.profile)
+        lines += load_report(sweep, args.profile, args.client)
     if "backlog" in cases:
         files, runs = (10, 1) if args.quick else (50, 3)
         lines += backlog.report(backlog.run(files, args.profile, runs), args.profile)
@@ -290,6 +346,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         name += "-intake"
     if hot:
         name += "-intake-express"
+    if args.client == "go" and cases & {"load", "flush"}:
+        name += "-go"
     out.write(args.out, f"{name}.md", lines)
 
 

@@ -11,13 +11,12 @@ before its commit has landed.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, InvalidStateError
-from typing import Any, TypeVar, cast
+from concurrent.futures import Future
+from typing import Any, cast
 
 from lakepubsub import errors, metrics
 from lakepubsub.constants import CONTENTION_MEMORY_S, PACE_FACTOR, PACE_MAX_S
@@ -148,11 +147,12 @@ class Dispatcher:
             self._cond.notify()
         for request in pending:
             if reason is not None:
-                _fail(request.future, reason)
+                errors.fail(request.future, reason)
             elif isinstance(request, PullRequest):
-                _settle(request.future, [])
+                errors.settle(request.future, [])
             else:
-                _fail(request.future, errors.Unavailable("the service is shutting down; retry"))
+                stopping = errors.Unavailable("the service is shutting down; retry")
+                errors.fail(request.future, stopping)
 
     @property
     def alive(self) -> bool:
@@ -266,7 +266,7 @@ class Dispatcher:
         if expired:
             self._pulls = [p for p in self._pulls if p not in expired]
             for pull in expired:
-                _settle(pull.future, [])
+                errors.settle(pull.future, [])
 
     def _cycle(
         self,
@@ -288,20 +288,20 @@ class Dispatcher:
             )
         except errors.LakePubSubError as exc:
             for request in acks:
-                _fail(request.future, exc)
+                errors.fail(request.future, exc)
             for truncate in truncates:
-                _fail(truncate.future, exc)
+                errors.fail(truncate.future, exc)
             with self._cond:
                 failed = [p for p in pulls if p in self._pulls]
                 self._pulls = [p for p in self._pulls if p not in failed]
             for pull in failed:
-                _fail(pull.future, exc)
+                errors.fail(pull.future, exc)
             return
         ack_results, events, deliveries = outcome
         for request, failures in zip(acks, ack_results, strict=True):
-            _settle(request.future, failures)
+            errors.settle(request.future, failures)
         for truncate, event in zip(truncates, events, strict=True):
-            _settle(cast("Future[Any]", truncate.future), event)
+            errors.settle(cast("Future[Any]", truncate.future), event)
         self._tables.claimer.committed()
         self._hand_out(deliveries, sum(p.max_messages for p in pulls))
 
@@ -338,18 +338,3 @@ class Dispatcher:
             metrics.PULL_ANSWER_MESSAGES.observe(len(take))
         metrics.DELIVERED.inc(sum(len(take) for _, take in answers))
         metrics.RELEASED.inc(len(unseen))
-
-
-T = TypeVar("T")
-
-
-def _settle(future: Future[T], value: T) -> None:
-    # A caller that withdrew (cancelled its future) misses the result; deliveries
-    # go out only through ``_hand_out``, which releases what a withdrawn pull had.
-    with contextlib.suppress(InvalidStateError):
-        future.set_result(value)
-
-
-def _fail(future: Future[Any], exc: BaseException) -> None:
-    with contextlib.suppress(InvalidStateError):
-        future.set_exception(exc)

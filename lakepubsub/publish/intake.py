@@ -225,7 +225,7 @@ class Intake(Committer[_Pending]):
         self.view.hold(path, numbered_rows)
         for pending in group:
             first = firsts[id(pending)]
-            pending.future.set_result(first)
+            errors.settle(pending.future, first)
 
     def _append(self, group: list[_Pending]) -> tuple[dict[int, int], dict[str, pa.Table], str]:
         """Number and commit the group's rows; the first offset of each pending

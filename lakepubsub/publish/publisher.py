@@ -201,7 +201,7 @@ class TopicPublisher(Committer[_Request]):
         ours = 0  # a forwarded group is counted by the process its clients sent it to
         for request in group:
             n = request.batch.count
-            request.future.set_result([str(o) for o in range(offset, offset + n)])
+            errors.settle(request.future, [str(o) for o in range(offset, offset + n)])
             offset += n
             ours += 0 if request.forwarded else n
         metrics.PUBLISHED.inc(ours)

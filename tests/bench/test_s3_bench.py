@@ -13,7 +13,7 @@ import pytest
 from bench.harness.lakepubsub_server import BUCKET, PROJECT, LakePubSubServer
 from bench.harness.s3_proxy import PROFILES, directory_bucket, profile_of
 from bench.s3 import backlog
-from bench.s3.__main__ import LoadResult
+from bench.s3.__main__ import LoadResult, load
 
 pytestmark = pytest.mark.s3
 
@@ -67,3 +67,21 @@ def test_the_backlog_case_reads_every_message_with_the_same_requests_either_way(
     assert plain.kinds.get("head") == 3 and "put" not in plain.kinds
     lines = backlog.report([plain, ahead], "zero")
     assert any(line.startswith("| yes | 3,000 |") for line in lines)
+
+
+@pytest.mark.parametrize("single", [False, True])
+def test_the_go_client_load_publishes_and_delivers_every_message(single: bool) -> None:
+    """``--client go``: Google's Go client (bench/loadgen, modes s3publish and
+    s3subscribe) offers the load over several topics and receives it all."""
+    result = load("go", 3, 30.0, 2.0, single=single, profile="zero", client="go")
+    assert result.messages == 60
+    assert (result.publish["sent"], result.publish["acked"]) == (60, 60), result.publish
+    assert result.publish["failures"] == 0
+    assert result.delivery["distinct"] == 60, result.delivery
+    ack, e2e = result.publish["ack_ms"], result.delivery["e2e_ms"]
+    assert isinstance(ack, dict) and isinstance(e2e, dict)
+    assert 0 < ack["p50"] <= ack["p99"] < 60_000
+    assert 0 < e2e["p50"] <= e2e["p99"] < 60_000
+    # The intake's log entries at least (one PUT per commit on S3).
+    assert result.per_million("put") > 0
+    assert result.usd_per_month() > 0
