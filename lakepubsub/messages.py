@@ -131,7 +131,9 @@ def from_arrow(table: pa.Table) -> list[Message]:
         for offset, message_id, us, data, attrs, key, size in zip(
             table.column("offset").to_pylist(),
             table.column("message_id").to_pylist(),
-            table.column("publish_time").cast(pa.int64()).to_pylist(),
+            # int64 microseconds through numpy, a view of the same buffer: pyarrow's
+            # cast costs about 8 µs a call, and a dispatcher's cycle makes one.
+            table.column("publish_time").to_numpy().view("int64").tolist(),
             table.column("data").to_pylist(),
             table.column("attributes").to_pylist(),
             table.column("ordering_key").to_pylist(),

@@ -230,7 +230,7 @@ class LeaseReader:
                             table_schemas.LEASES
                         )
             parts = list(self._files.values())
-            table = pa.concat_tables(parts) if parts else table_schemas.LEASES.empty_table()
+            table = pa.concat_tables(parts) if parts else table_schemas.empty_leases()
             self._state = LeaseState.from_arrow(table, self.log.version)
         return self._state
 

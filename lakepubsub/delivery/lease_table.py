@@ -86,7 +86,7 @@ class LeaseTable:
                 keys_in[path] = keys
                 file_of.update((key, path) for key in keys)
                 parts.append(rows.select(table_schemas.LEASES.names).cast(table_schemas.LEASES))
-        table = pa.concat_tables(parts) if parts else table_schemas.LEASES.empty_table()
+        table = pa.concat_tables(parts) if parts else table_schemas.empty_leases()
         self._state = LeaseState.from_arrow(table, self._log.version)
         self._file_of, self._keys_in = file_of, keys_in
         self._stored_cursor = self._state.cursor

@@ -92,25 +92,27 @@ class IntakeView:
     # -- reading (any thread) -------------------------------------------------------------------
 
     def next_offset(self, topic_uid: str) -> int:
-        """One past the highest offset the intake holds or held for the topic (0: none)."""
-        with self._lock:
-            return self._next.get(topic_uid, 0)
+        """One past the highest offset the intake holds or held for the topic (0: none).
+        Without the lock: one lookup in a dict is atomic, and every dispatcher asks
+        each cycle while a commit of many topics may hold the lock."""
+        return self._next.get(topic_uid, 0)
 
     def read(self, topic_uid: str, lo: int, hi: int) -> pa.Table:
         """The topic's intake rows with ``lo <= offset < hi``, sorted by offset."""
         with self._lock:
             found = [
-                (s.path, s.rows) for s in self._slices.get(topic_uid, ()) if s.hi > lo and s.lo < hi
+                (s.path, s.lo, s.hi, s.rows)
+                for s in self._slices.get(topic_uid, ())
+                if s.hi > lo and s.lo < hi
             ]
-        parts = [
-            rows if rows is not None else self._read_file(path, topic_uid) for path, rows in found
-        ]
+        parts = []
+        for path, s_lo, s_hi, held in found:
+            rows = held if held is not None else self._read_file(path, topic_uid)
+            parts.append(_within(rows, s_lo, s_hi, lo, hi))
         parts = [p for p in parts if p.num_rows]
         if not parts:
-            return schemas.MESSAGES.empty_table()
-        rows = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-        offsets = rows["offset"]
-        return rows.filter(pc.and_(pc.greater_equal(offsets, lo), pc.less(offsets, hi)))
+            return schemas.empty_messages()
+        return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
 
     def first_at(self, topic_uid: str, time_us: int, lo: int) -> int | None:
         """The first offset at or above ``lo`` published at or after ``time_us``, if the
@@ -178,22 +180,23 @@ class IntakeView:
     def hold(self, path: str, rows_by_topic: dict[str, pa.Table]) -> None:
         """Keep a file this process committed: its rows in memory for readers."""
         now = time.monotonic()
+        made = {}  # made before the lock: readers wait on it
+        for topic_uid, rows in rows_by_topic.items():
+            offsets, stamps = rows["offset"], rows["publish_time"]
+            made[topic_uid] = Slice(
+                path,
+                offsets[0].as_py(),
+                offsets[-1].as_py() + 1,
+                stamps[0].value,
+                stamps[-1].value,
+                now,
+            )
         with self._lock:
             slices = self._paths.setdefault(path, {})
             for topic_uid, rows in rows_by_topic.items():
-                offsets = rows["offset"]
-                stamps = rows["publish_time"].cast(pa.int64())
                 held = slices.get(topic_uid)
                 if held is None:
-                    held = Slice(
-                        path,
-                        offsets[0].as_py(),
-                        offsets[-1].as_py() + 1,
-                        stamps[0].as_py(),
-                        stamps[-1].as_py(),
-                        now,
-                    )
-                    slices[topic_uid] = held
+                    held = slices[topic_uid] = made[topic_uid]
                     _insert(self._slices.setdefault(topic_uid, []), held)
                 if held.rows is None:
                     held.rows, held.nbytes = rows, rows.nbytes
@@ -290,6 +293,21 @@ def _topic_rows(rows: pa.Table, topic_uid: str) -> pa.Table:
     """One topic's rows of an intake file, as its messages table holds them."""
     rows = rows.filter(pc.equal(rows["topic_uid"], topic_uid))
     return rows.select(schemas.MESSAGES.names).cast(schemas.MESSAGES)
+
+
+def _within(rows: pa.Table, s_lo: int, s_hi: int, lo: int, hi: int) -> pa.Table:
+    """The rows of a slice holding offsets ``[s_lo, s_hi)`` with ``lo <= offset < hi``.
+    A slice holds its topic's offsets of one commit, numbered in row order, so
+    nearly always every one of them: a slice by position, with no pass over the
+    rows (pyarrow's compute functions cost tens of µs a call, and a dispatcher
+    reads a few new messages each cycle)."""
+    if lo <= s_lo and s_hi <= hi:
+        return rows
+    if rows.num_rows == s_hi - s_lo:
+        start = max(lo, s_lo) - s_lo
+        return rows.slice(start, min(hi, s_hi) - s_lo - start)
+    offsets = rows["offset"]
+    return rows.filter(pc.and_(pc.greater_equal(offsets, lo), pc.less(offsets, hi)))
 
 
 def _insert(slices: list[Slice], held: Slice) -> None:

@@ -151,7 +151,7 @@ class MessagesTable:
         """Rows with ``lo <= offset < hi``, sorted by offset. On S3 the files after
         them are decoded ahead: a reader of a range reads the next one next."""
         if hi <= lo:
-            return table_schemas.MESSAGES.empty_table()
+            return table_schemas.empty_messages()
         rows = self._read(lo, hi)
         if self._lake.is_s3:
             after = bisect.bisect_left(self._los, hi)
@@ -161,7 +161,7 @@ class MessagesTable:
     def read_offsets(self, offsets: Sequence[int]) -> pa.Table:
         """Rows with the given offsets (those that still exist), sorted by offset."""
         if not offsets:
-            return table_schemas.MESSAGES.empty_table()
+            return table_schemas.empty_messages()
         wanted = pa.array(sorted(offsets), pa.int64())
         return self._read(
             wanted[0].as_py(),
@@ -179,7 +179,7 @@ class MessagesTable:
             parts.append(fresh)
         parts = [p for p in parts if p.num_rows]
         if not parts:
-            return table_schemas.MESSAGES.empty_table()
+            return table_schemas.empty_messages()
         return _by_offset(pa.concat_tables(parts) if len(parts) > 1 else parts[0])
 
     def _read_files(
@@ -214,7 +214,7 @@ class MessagesTable:
                     rows = rows.filter(mask(rows))
                 parts.append(rows)
         if not parts:
-            return table_schemas.MESSAGES.empty_table()
+            return table_schemas.empty_messages()
         return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
 
     def _within(self, path: str, lo: int, hi: int) -> bool:
