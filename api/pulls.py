@@ -7,6 +7,7 @@ import asyncio
 from concurrent.futures import Future
 from typing import Any
 
+from api import answers
 from lakepubsub import Engine
 from lakepubsub.messages import ReceivedMessage
 from lakepubsub.resources.names import SubscriptionName
@@ -66,7 +67,7 @@ async def pulled(
     (this task is cancelled, or ``gone`` completes: the client disconnected), the pull
     is withdrawn, what it was given is released for the next receiver at once, and
     the answer is empty (nobody reads it)."""
-    answer = asyncio.wrap_future(future)
+    answer = answers.of(future)
     try:
         if gone is not None:
             await asyncio.wait((answer, gone), return_when=asyncio.FIRST_COMPLETED)

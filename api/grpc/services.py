@@ -18,7 +18,7 @@ from google.protobuf import empty_pb2, json_format
 from google.protobuf.message import Message
 from google.pubsub_v1.types import pubsub as ps
 
-from api import auth, convert
+from api import answers, auth, convert
 from api.grpc import encode
 from api.grpc.admin import PUBLISHER_ADMIN, SUBSCRIBER_ADMIN
 from api.grpc.admin import methods as admin_methods
@@ -64,7 +64,7 @@ async def publish(door: GrpcDoor, request: Any, call: Call) -> Message:
         future = engine.publish_batch_future(name, batch)
     else:
         future = await asyncio.to_thread(engine.publish_batch_future, name, batch)
-    ids = await asyncio.wrap_future(future)
+    ids = await answers.of(future)
     answer: Message = _PUBLISH_RESPONSE(message_ids=ids)
     return answer
 
@@ -98,7 +98,7 @@ async def acknowledge(door: GrpcDoor, request: Any, call: Call) -> Message:
     future = door.engine.acknowledge_future(name, ack_ids)
     # The room frees now, so a stream's next pull can join the ack's commit.
     door.streams.settled(ack_ids)
-    failures = await asyncio.wrap_future(future)
+    failures = await answers.of(future)
     error = convert.ack_failures_error(failures)
     if error is not None:
         raise error
@@ -113,7 +113,7 @@ async def modify_ack_deadline(door: GrpcDoor, request: Any, call: Call) -> Messa
     if door.streams.unchanged(name, ack_ids, seconds):  # a receipt: no dispatcher, no parsing
         return Empty()
     future = door.engine.modify_ack_deadline_future(name, ack_ids, seconds)
-    failures = await asyncio.wrap_future(future)
+    failures = await answers.of(future)
     door.streams.extended(ack_ids, seconds, failures)
     error = convert.ack_failures_error(failures)
     if error is not None:

@@ -36,6 +36,7 @@ from typing import Any
 import grpc
 from google.pubsub_v1.types import pubsub as ps
 
+from api import answers
 from api.grpc import encode
 from api.grpc.door import GRPC_REQUESTS, Call, GrpcDoor, abort, failure_of, parse
 from api.grpc.streams import Lot
@@ -214,7 +215,7 @@ class Stream:
             self.door.engine, self.name, max_messages=room, ack_deadline_s=lease_s
         )
         self._pending = future
-        return await asyncio.wrap_future(future), lease_s, started
+        return await answers.of(future), lease_s, started
 
     def _record(self, received: list[ReceivedMessage], lease_s: int, started: float) -> None:
         """Deliveries take the stream's room from now until acked, nacked or expired."""
@@ -286,7 +287,7 @@ class Stream:
             future = engine.modify_ack_deadline_future(self.name, ack_ids, seconds)
         if seconds is None:  # the room frees now: the next pull can join the ack's commit
             streams.settled(ack_ids)
-        failures = await asyncio.wrap_future(future)
+        failures = await answers.of(future)
         if seconds is not None:
             streams.extended(ack_ids, seconds, failures)
         if self.exactly_once:

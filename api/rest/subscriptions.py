@@ -11,7 +11,7 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from api import convert
+from api import answers, convert
 from api import models as m
 from api.deps import EngineDep, json_response
 from api.pulls import pulled, reports_attempts, start_pull
@@ -85,7 +85,7 @@ async def _settle(
     """Acknowledge or change deadlines with ``work(*args)``; exactly-once failures are
     raised as Pub/Sub reports them."""
     future = await _submit(engine, work, *args)
-    error = convert.ack_failures_error(await asyncio.wrap_future(future))
+    error = convert.ack_failures_error(await answers.of(future))
     if error is not None:
         raise error
     return json_response({})
@@ -147,7 +147,7 @@ async def truncate(project: str, subscription: str, engine: EngineDep) -> Respon
     nothing to drop, the answer's event says ``"truncated": false`` and none is queued."""
     name = SubscriptionName(project, subscription)
     future = await run_in_threadpool(engine.truncate_future, name)
-    event = await asyncio.wrap_future(future)
+    event = await answers.of(future)
     return json_response({"event": convert.event_body(event)})
 
 

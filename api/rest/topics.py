@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated, Any
 
 import orjson
@@ -10,7 +9,7 @@ from fastapi import APIRouter, Body, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from api import convert
+from api import answers, convert
 from api import models as m
 from api.deps import EngineDep, PageSize, PageToken, json_response, page_response
 from api.rest.resources import TOPICS, add_routes
@@ -91,7 +90,7 @@ async def publish_ids(engine: Engine, name: TopicName, raw: bytes) -> list[str]:
         future = _submit_publish(engine, name, raw)
     else:
         future = await run_in_threadpool(_submit_publish, engine, name, raw)
-    return await asyncio.wrap_future(future)
+    return await answers.of(future)
 
 
 @router.get(
