@@ -7,9 +7,9 @@ self-pipe, a system call that gives up the interpreter lock and must win it back
 The intake's committer answers every publish of a flush window in a row, and with
 a hundred dispatcher threads running each of those waits could last a switch
 interval: at 500 single-message publishes a second over 100 topics the committer
-spent about a quarter of its time there. ``answer`` queues an outcome for the
-loop and wakes it only when nothing was queued, so a commit's hundreds of answers
-cost one wake (``of``). asyncio has no batched form of ``wrap_future``, hence this.
+spent about a quarter of its time there. ``of`` queues an outcome for the loop
+and wakes it only when nothing was queued, so a commit's hundreds of answers cost
+one wake. asyncio has no batched form of ``wrap_future``, hence this.
 
 Semantics are ``wrap_future``'s: the awaitable has the future's result, exception
 or cancellation, and cancelling the awaitable (the client went away) cancels the
