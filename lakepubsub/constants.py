@@ -189,7 +189,8 @@ INTAKE_MOVE_BYTES = 8 * 1024 * 1024
 INTAKE_REMOVE_GRACE_S = 600.0
 INTAKE_CHECKPOINT_INTERVAL = "100"
 INTAKE_HEAD_MAX_AGE_S = 60.0
-# While a move holds the topics' tables, a head read this recently still numbers.
+# While its reread runs (lakepubsub/publish/intake_heads.py), a head read this
+# recently still numbers.
 INTAKE_HEAD_STALE_S = 300.0
 # More deferred lease changes than this are committed at once (memory, and what
 # a crash would redeliver).

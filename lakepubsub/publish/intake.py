@@ -31,6 +31,7 @@ the topics' tables and the removal of moved files.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 import uuid
@@ -58,6 +59,9 @@ MAX_ROWS_PER_COMMIT = 50_000
 MAX_BYTES_PER_COMMIT = 64 * 1024 * 1024
 # How often the housekeeper looks for moves due and files to remove.
 HOUSEKEEPING_S = 1.0
+# Longest the committer sleeps while every queued topic's head is being read
+# (a landed read wakes it at once).
+HEADS_WAIT_S = 1.0
 
 
 @dataclass
@@ -95,7 +99,7 @@ class Intake(Committer[_Pending]):
         self._txns = Transactions(f"lakepubsub-intake-{uuid.uuid4()}")
         self.view = IntakeView(lake, self.uri)
         hooks = Hooks(owns, alive, on_moved, peered, moves=mover)
-        self.mover = Mover(lake, settings, self.view, hooks, self._txns)
+        self.mover = Mover(lake, settings, self.view, hooks, self._txns, wake=self._wake)
         # Held by whoever works the intake's log: the committer (commits), the
         # housekeeper (looks, removals), a reader's look (``refresh``). The topics'
         # tables have the mover's own lock, taken after this one when both are.
@@ -106,6 +110,7 @@ class Intake(Committer[_Pending]):
         # in the server 115-121 ms with moves, 68-71 without, at Express latency).
         self._housekeeper: threading.Thread | None = None
         self._housekept = threading.Event()
+        self._looked_at = -math.inf  # when the last completed look started (``refresh``)
         # On S3, files are written beside their commits (intake_files).
         self._puts = FilePuts() if lake.is_s3 else None
 
@@ -135,6 +140,7 @@ class Intake(Committer[_Pending]):
     def close(self) -> None:
         """Commit what is queued, then stop (rows not moved stay in the intake)."""
         super().close()
+        self.mover.heads.close()
         self._housekept.set()
         if self._housekeeper is not None:
             self._housekeeper.join()
@@ -158,9 +164,17 @@ class Intake(Committer[_Pending]):
         return self.view.first_at(topic_uid, time_us, lo)
 
     def refresh(self) -> None:
-        """Learn of other processes' intake commits now (a reader's look)."""
+        """Learn of other processes' intake commits now (a reader's look). A look that
+        started after this call and ended while it waited is this call's look:
+        every dispatcher looks when it starts, and 100 of them on S3 Standard took
+        12 s in line, one GET each, holding up the committer between them."""
+        asked = time.monotonic()
         with self._work:
+            if self._looked_at >= asked:
+                return
+            started = time.monotonic()
             self.view.tail()
+            self._looked_at = started
 
     def move_all(self) -> None:
         """Move every topic's rows to its table now, whoever owns it (a job, before it
@@ -188,13 +202,23 @@ class Intake(Committer[_Pending]):
                 while not self._queue and not self._closed:
                     self._cond.wait()
                 self._flush_window(flush_s, while_=lambda: bool(self._queue))
-                group = self._take()
+                group, failed = self._take()
+                if not group and not failed and self._queue:
+                    # Only topics whose head is being read: ``_wake`` when one lands.
+                    self._cond.wait(timeout=HEADS_WAIT_S)
+                    continue
                 stop = self._closed and not self._queue
+            for pending, exc in failed:
+                errors.fail(pending.future, exc)
             if group:
                 with self._work:
                     self._commit(group)
             if stop:
                 return
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
 
     def _housekeep(self) -> None:
         while not self._housekept.wait(HOUSEKEEPING_S):
@@ -203,17 +227,41 @@ class Intake(Committer[_Pending]):
             except Exception:  # retried on the next pass; publishes go on meanwhile
                 log.warning("intake housekeeping failed", exc_info=True)
 
-    def _take(self) -> list[_Pending]:
+    def _take(self) -> tuple[list[_Pending], list[tuple[_Pending, Exception]]]:
+        """The next commit's requests (holding ``_cond``): those of topics whose head
+        is known, in queue order, up to a commit's bounds; and the requests of
+        topics whose head could not be read, with the reason. The others stay
+        queued, in order: a topic's requests are never taken past one that stays."""
         group: list[_Pending] = []
+        failed: list[tuple[_Pending, Exception]] = []
+        kept: list[_Pending] = []
+        ready: dict[str, bool | Exception] = {}
         rows = size = 0
-        while self._queue:
-            nxt = self._queue[0]
-            n, b = nxt.columns.num_rows, nxt.columns.nbytes
-            if group and (rows + n > MAX_ROWS_PER_COMMIT or size + b > MAX_BYTES_PER_COMMIT):
-                break
-            group.append(self._queue.pop(0))
+        for pending in self._queue:
+            uid = pending.topic_uid
+            state = ready.get(uid)
+            if state is None:
+                state = ready[uid] = self._head_known(uid)
+            if isinstance(state, Exception):
+                failed.append((pending, state))
+                continue
+            n, b = pending.columns.num_rows, pending.columns.nbytes
+            full = rows + n > MAX_ROWS_PER_COMMIT or size + b > MAX_BYTES_PER_COMMIT
+            full = full and bool(group)
+            if not state or full:
+                kept.append(pending)
+                ready[uid] = False
+                continue
+            group.append(pending)
             rows, size = rows + n, size + b
-        return group
+        self._queue = kept
+        return group, failed
+
+    def _head_known(self, topic_uid: str) -> bool | Exception:
+        try:
+            return self.mover.heads.known(topic_uid) is not None
+        except Exception as exc:  # the topic's requests fail with it
+            return exc
 
     def _commit(self, group: list[_Pending]) -> None:
         self._committed_at = time.monotonic()
@@ -290,9 +338,12 @@ class Intake(Committer[_Pending]):
             return firsts, by_topic, new.name
 
     def _head(self, topic_uid: str) -> int:
-        """Where the topic's next rows start: past its table's head (reread when the
-        view is older than INTAKE_HEAD_MAX_AGE_S) and past every intake row."""
-        head = self.mover.head(topic_uid, max_age_s=constants.INTAKE_HEAD_MAX_AGE_S)
+        """Where the topic's next rows start: past its table's head (``intake_heads``:
+        ``_take`` took only topics it knows; read here if it went stale meanwhile)
+        and past every intake row."""
+        head = self.mover.heads.known(topic_uid)
+        if head is None:
+            head = self.mover.read_head(topic_uid)
         return max(head, self.view.next_offset(topic_uid))
 
 

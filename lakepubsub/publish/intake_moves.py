@@ -19,6 +19,7 @@ from deltalake.exceptions import CommitFailedError
 
 from lakepubsub import constants, errors, metrics, retry
 from lakepubsub._lake import Lake
+from lakepubsub.publish.intake_heads import Heads
 from lakepubsub.publish.intake_view import IntakeView, Slice
 from lakepubsub.publish.messages_table import MessagesTable
 from lakepubsub.settings import Settings
@@ -61,7 +62,7 @@ class Hooks:
 @dataclass(eq=False)
 class Mover:
     """The intake's moves and removals, and its handles on the topics' tables, under
-    a lock of its own; the committer reads topics' heads from here. ``housekeep``
+    a lock of its own; its ``heads`` are what the committer numbers from. ``housekeep``
     takes the intake's log lock for what touches the intake's log (looks,
     removals), before its own."""
 
@@ -76,9 +77,14 @@ class Mover:
     _moved_at: dict[str, float] = field(default_factory=dict, init=False)
     _removal_at: float = field(default=0.0, init=False)
     _look_at: float = field(default=0.0, init=False)
-    # Each topic's table head when last read, and when (``head`` while a move runs).
-    _heads: dict[str, tuple[int, float]] = field(default_factory=dict, init=False)
+    # Called when a head read lands (the committer waits for it).
+    wake: Callable[[], None] = field(default=lambda: None)
     _lock: threading.RLock = field(default_factory=threading.RLock, init=False)
+
+    def __post_init__(self) -> None:
+        # Each topic's table head as last read, for numbering (read off the
+        # committer's thread; a move notes the head it leaves).
+        self.heads = Heads(self.read_head, self.wake)
 
     def table(self, topic_uid: str, *, max_age_s: float) -> MessagesTable:
         """The topic's table, reread when this handle is older than ``max_age_s``."""
@@ -96,26 +102,23 @@ class Mover:
             return table
 
     def _keep(self, topic_uid: str, table: MessagesTable) -> None:
-        """Remember the topic's table as read now, and its head for ``head``."""
+        """Remember the topic's table as read now, and its head for numbering."""
         now = time.monotonic()
         self._tables[topic_uid] = (table, now)
-        self._heads[topic_uid] = (table.head(), now)
+        self.heads.note(topic_uid, table.head(), now)
 
-    def head(self, topic_uid: str, *, max_age_s: float) -> int:
-        """The topic's table head, for numbering: from a read at most ``max_age_s``
-        old, or, while a move holds the tables, the last read if it is at most
-        ``INTAKE_HEAD_STALE_S`` old (rows leave the intake only
-        ``INTAKE_REMOVE_GRACE_S`` after they moved, so a read that old shows every
-        row the intake no longer holds)."""
-        if not self._lock.acquire(blocking=False):
-            known = self._heads.get(topic_uid)
-            if known is not None and time.monotonic() - known[1] <= constants.INTAKE_HEAD_STALE_S:
-                return known[0]
-            self._lock.acquire()
-        try:
-            return self.table(topic_uid, max_age_s=max_age_s).head()
-        finally:
-            self._lock.release()
+    def read_head(self, topic_uid: str) -> int:
+        """Read the topic's table head from storage (on a loader thread of ``heads``):
+        a table held here is reread under the lock; one not held yet is opened
+        outside it, so that the first reads of many topics run at once."""
+        with self._lock:
+            if topic_uid in self._tables:
+                return self.table(topic_uid, max_age_s=0.0).head()
+        table = MessagesTable(self.lake, topic_uid, overlay=False)
+        with self._lock:
+            if topic_uid not in self._tables:
+                self._keep(topic_uid, table)
+        return table.head()
 
     def housekeep(self, log_lock: threading.Lock) -> None:
         """Learn of other processes' commits when due, move the topics due (those this
@@ -173,6 +176,7 @@ class Mover:
     def _move(self, topic_uid: str) -> None:
         if not self.hooks.alive(topic_uid):
             self._tables.pop(topic_uid, None)
+            self.heads.forget(topic_uid)
             return
         try:
             table = self.table(topic_uid, max_age_s=0.0)
