@@ -246,9 +246,8 @@ class Intake(Committer[_Pending]):
                 failed.append((pending, state))
                 continue
             n, b = pending.columns.num_rows, pending.columns.nbytes
-            full = rows + n > MAX_ROWS_PER_COMMIT or size + b > MAX_BYTES_PER_COMMIT
-            full = full and bool(group)
-            if not state or full:
+            over = rows + n > MAX_ROWS_PER_COMMIT or size + b > MAX_BYTES_PER_COMMIT
+            if not state or (group and over):
                 kept.append(pending)
                 ready[uid] = False
                 continue

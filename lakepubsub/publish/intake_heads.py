@@ -57,10 +57,6 @@ class Heads:
             if known is None or known[1] <= at:
                 self._known[topic_uid] = (head, at)
 
-    def last(self, topic_uid: str) -> tuple[int, float] | None:
-        """The last read of the topic's head and when it was made, if any."""
-        return self._known.get(topic_uid)
-
     def known(self, topic_uid: str) -> int | None:
         """The head to number the topic's rows from now, or None while it is being
         read (ask again after ``wake``). Starts a reread when the last read is old.
