@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -19,6 +21,7 @@ from bench import report as out
 from bench.grpc_bench import NO_METADATA_ENV
 from bench.harness.lakepubsub_server import REPO, LakePubSubServer
 from bench.harness.meter import ProcessMeter
+from bench.harness.s3_proxy import S3Proxy
 from bench.s3 import backlog
 from bench.s3.prices import PROFILES, usd
 from lakepubsub.constants import DEFAULT_ACK_DEADLINE_S
@@ -37,6 +40,9 @@ LOAD_SETTLE_S = 5.0
 LOAD_TIMEOUT_S = 900.0
 CLIENTS = {"python": "Python client", "go": "Go client (`bench/loadgen`)"}
 SECONDS_PER_MONTH = 30 * 24 * 3600
+# The steady window of a load case starts this share of its seconds after the first
+# publish, once every table is open, and ends with the offered load.
+STEADY_FROM = 1 / 3
 
 
 @dataclass
@@ -51,6 +57,9 @@ class LoadResult:
     wall_s: float = 0.0
     # Of ``kinds``, the requests to a directory bucket (the intake on Express).
     directory_kinds: dict[str, int] = field(default_factory=dict)
+    # Of ``kinds``, those of the steady window (``SteadyWindow``), and its length.
+    steady_kinds: dict[str, int] = field(default_factory=dict)
+    steady_s: float = 0.0
 
     def per_million(self, kind: str) -> float:
         return self.kinds.get(kind, 0) * MILLION / max(1, self.messages)
@@ -68,6 +77,37 @@ class LoadResult:
         """The requests' rate over the run (first publish to last delivery), for a month,
         at Standard prices: what a process under this load costs."""
         return usd(self.kinds, "standard") * SECONDS_PER_MONTH / max(1e-9, self.wall_s)
+
+    def usd_per_month_steady(self) -> float:
+        """The same from the steady window alone: without the first reads of every
+        table, which a process pays once, not every month (at 100 topics, two LISTs and
+        a few GETs a topic), nor the drain after the load."""
+        return usd(self.steady_kinds, "standard") * SECONDS_PER_MONTH / max(1e-9, self.steady_s)
+
+
+class SteadyWindow(threading.Thread):
+    """Zeroes the proxy's counts at the start and at the end of the steady window of a
+    load that started at ``started`` (time.monotonic()), keeping what they were."""
+
+    def __init__(self, proxy: S3Proxy, started: float, seconds: float) -> None:
+        super().__init__(name="steady-window", daemon=True)
+        self.proxy, self.started, self.seconds = proxy, started, seconds
+        self.before: dict[str, object] = {}
+        self.steady: dict[str, object] = {}
+
+    def run(self) -> None:
+        time.sleep(max(0.0, self.started + self.seconds * STEADY_FROM - time.monotonic()))
+        self.before = self.proxy.reset()
+        time.sleep(max(0.0, self.started + self.seconds - time.monotonic()))
+        self.steady = self.proxy.reset()
+
+    def total(self, after: dict[str, object], key: str) -> dict[str, int]:
+        """``after``'s counts of ``key`` with the window's and those before it."""
+        summed: Counter[str] = Counter()
+        for part in (self.before, self.steady, after):
+            if part:
+                summed.update(_by_kind(part, key))
+        return dict(summed)
 
 
 def _by_kind(counts: dict[str, object], key: str) -> dict[str, int]:
@@ -167,17 +207,24 @@ def load(
             cwd=REPO,
             env=roles.env,
         )
+        window = SteadyWindow(server.proxy, started, seconds)
+        window.start()
         published = _json_line(publisher)
         delivered = _json_line(subscriber)
         for meter in meters:
             meter.__exit__(None, None, None)
         wall = time.monotonic() - started
+        window.join()  # the publisher ran its seconds: the window is over
         counts = server.proxy.reset()
         after = server.counters().commits_by_table
-    kinds, directory = _by_kind(counts, "kinds"), _by_kind(counts, "directory_kinds")
+    kinds, directory = window.total(counts, "kinds"), window.total(counts, "directory_kinds")
     commits = {t: after.get(t, 0.0) - before.get(t, 0.0) for t in after}
     cpu = {n: m.usage.cpu_s for n, m in zip(("server", "moto", "proxy"), meters, strict=True)}
-    return LoadResult(label, total, kinds, commits, published, delivered, cpu, wall, directory)
+    steady = _by_kind(window.steady, "kinds")
+    steady_s = float(window.steady["seconds"])  # type: ignore[arg-type]
+    return LoadResult(
+        label, total, kinds, commits, published, delivered, cpu, wall, directory, steady, steady_s
+    )
 
 
 def idle(
@@ -230,12 +277,15 @@ def load_report(results: list[LoadResult], profile: str, client: str = "python")
         "commits from the first publish until the subscriber had every message. "
         "*placed*: requests to a directory bucket (the intake with `--intake-bucket`) "
         "at Express One Zone prices, the others at Standard. *$/month*: the run's "
-        "request rate for a month, at Standard prices.",
+        "request rate for a month, at Standard prices; *steady*: the same from the "
+        f"requests between {STEADY_FROM:.0%} of the load's seconds and its end, without "
+        "the first reads of every table (once per process) and the drain after the load.",
         "",
         "| case | PUT/1M | GET/1M | HEAD/1M | LIST/1M | $/1M Standard | $/1M Express "
-        "| $/1M placed | $/month | msgs/topic commit | msgs/intake commit | msgs/lease commit "
+        "| $/1M placed | $/month | $/month steady | msgs/topic commit | msgs/intake commit "
+        "| msgs/lease commit "
         "| publish p50/p99 ms | e2e p50/p99 ms | failures | duplicates | CPU s server/moto/proxy |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         ack = r.publish.get("ack_ms", {})
@@ -250,6 +300,7 @@ def load_report(results: list[LoadResult], profile: str, client: str = "python")
             f"| {r.per_million('list'):,.0f} "
             f"| {r.usd_per_million('standard'):.3f} | {r.usd_per_million('express'):.3f} "
             f"| {r.usd_per_million('placed'):.3f} | {r.usd_per_month():.2f} "
+            f"| {r.usd_per_month_steady():.2f} "
             f"| {messages_per:.1f} | {intake_per:.1f} | {lease_per:.1f} "
             f"| {ack['p50']:.0f} / {ack['p99']:.0f} | {e2e['p50']:.0f} / {e2e['p99']:.0f} "
             f"| {r.publish.get('failures')} | {r.delivery.get('duplicates')} "
