@@ -180,8 +180,8 @@ class Engine(Rooms):
         topic = topic.validated()
         uid = uuid.uuid4().hex
         MessagesTable.create(self.lake, uid)
-        if self.intake is not None:  # an empty table: its first publish reads nothing
-            self.intake.mover.heads.note(uid, 0)
+        if self.intake is not None:
+            self.intake.created(uid)
         now = now_us()
         name = topic.name
         entry = cat.Entry(cat.TOPIC, name.project, name.id, uid, None, now, now, topic.spec())

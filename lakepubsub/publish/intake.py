@@ -163,6 +163,11 @@ class Intake(Committer[_Pending]):
         intake holds one."""
         return self.view.first_at(topic_uid, time_us, lo)
 
+    def created(self, topic_uid: str) -> None:
+        """The topic's table was just made here, empty: its first rows number from 0
+        with no read of it."""
+        self.mover.heads.note(topic_uid, 0)
+
     def refresh(self) -> None:
         """Learn of other processes' intake commits now (a reader's look). A look that
         started after this call and ended while it waited is this call's look:

@@ -10,6 +10,7 @@ written again from its commit entry if it is missing.
 from __future__ import annotations
 
 import bisect
+import operator
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -320,16 +321,11 @@ def _overlapping(by_topic: dict[str, list[Slice]], topic_uid: str, lo: int, hi: 
     slices = by_topic.get(topic_uid)
     if not slices:
         return []
-    start = bisect.bisect_right(slices, lo, key=_hi)
-    return slices[start : bisect.bisect_left(slices, hi, lo=start, key=_lo)]
+    start = bisect.bisect_right(slices, lo, key=_HI)
+    return slices[start : bisect.bisect_left(slices, hi, lo=start, key=_LO)]
 
 
-def _hi(s: Slice) -> int:
-    return s.hi
-
-
-def _lo(s: Slice) -> int:
-    return s.lo
+_HI, _LO = operator.attrgetter("hi"), operator.attrgetter("lo")
 
 
 def _insert(slices: list[Slice], held: Slice) -> None:
