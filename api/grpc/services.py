@@ -110,7 +110,8 @@ async def modify_ack_deadline(door: GrpcDoor, request: Any, call: Call) -> Messa
     await call.check("modify_ack_deadline", _sub_params(name))
     ack_ids = list(request.ack_ids)
     seconds = request.ack_deadline_seconds
-    if door.streams.unchanged(name, ack_ids, seconds):  # a receipt: no dispatcher, no parsing
+    ack_ids = door.streams.changing(name, ack_ids, seconds)  # a receipt: answered here
+    if not ack_ids:
         return Empty()
     future = door.engine.modify_ack_deadline_future(name, ack_ids, seconds)
     failures = await answers.of(future)

@@ -277,8 +277,10 @@ class Stream:
 
     async def _settle(self, ack_ids: list[str], seconds: int | None) -> None:
         streams = self.door.streams
-        if seconds is not None and streams.unchanged(self.name, ack_ids, seconds):
-            return
+        if seconds is not None:  # never with exactly-once: every id is confirmed below
+            ack_ids = streams.changing(self.name, ack_ids, seconds)
+            if not ack_ids:
+                return
         # A malformed id fails alone, as on every door (ackids.split_malformed).
         engine = self.door.engine
         if seconds is None:

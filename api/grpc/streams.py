@@ -61,7 +61,7 @@ class Lot:
         self.size = size
         self.until = until
         # The lease its pull asked for and when the pull started (time.monotonic()),
-        # while no deadline change has reached the dispatcher: ``Streams.unchanged``.
+        # while no deadline change has reached the dispatcher: ``Streams.changing``.
         # None with exactly-once, whose every change the dispatcher checks.
         self.lease_s, self.pulled_at = lease if lease is not None else (0, 0.0)
 
@@ -80,6 +80,13 @@ class Streams:
 
     def __init__(self) -> None:
         self._lot_of: dict[str, Lot] = {}
+        # Ids settled here lately, with the lot they left (None: not out here), in two
+        # generations of at least the lease slack each: Google's clients send the
+        # receipt change of a message and its ack as two calls, and the ack often
+        # arrives first. ``changing`` judges such an id by the lot it left.
+        self._settled: dict[str, Lot | None] = {}
+        self._settled_before: dict[str, Lot | None] = {}
+        self._rotate_at = time.monotonic() + LEASE_SLACK_S
 
     def delivered(self, lot: Lot) -> None:
         """Route the lot's ack ids to it."""
@@ -88,41 +95,72 @@ class Streams:
     def settled(self, ack_ids: list[str]) -> None:
         """Acked (or, through ``extended``, nacked or refused): out of the room."""
         # Counted in C (Counter of an iterable); ids not out here count under None.
-        found: collections.Counter[Lot | None] = collections.Counter(
-            map(self._lot_of.pop, ack_ids, repeat(None))
-        )
+        lots = list(map(self._lot_of.pop, ack_ids, repeat(None)))
+        now = time.monotonic()
+        if now >= self._rotate_at:
+            self._settled_before, self._settled = self._settled, {}
+            self._rotate_at = now + LEASE_SLACK_S
+        self._settled.update(zip(ack_ids, lots, strict=True))
+        found: collections.Counter[Lot | None] = collections.Counter(lots)
         for lot, count in found.items():
             if lot is not None:
                 lot.settle(count)
 
-    def unchanged(self, name: SubscriptionName, ack_ids: list[str], seconds: int) -> bool:
-        """Whether a deadline change of ``ack_ids`` of ``name`` to ``seconds`` is known
-        to leave every lease as it is, without the dispatcher: each id is out on a
-        stream of ``name`` in this process, in an answer whose pull asked for this
-        very lease (a stream leases for the client's latest deadline change, and
-        Google's clients send one for every message received) and started at most
-        the lease slack ago, with no deadline change since. The dispatcher leased
-        those messages after the pull started, until then plus ``seconds`` plus the
-        slack, so the change asks for no more, and at most the slack less
-        (``planner.lease_holds``). Never with exactly-once: such lots have no lease
-        here. Those answered count in ``DEADLINE_CHANGES_UNCHANGED``."""
+    def changing(self, name: SubscriptionName, ack_ids: list[str], seconds: int) -> list[str]:
+        """Of a deadline change of ``ack_ids`` of ``name`` to ``seconds``, the ids the
+        dispatcher must see: all but those known here to keep their leases as they are.
+
+        An id is known so when it is out on a stream of ``name`` in this process, in an
+        answer whose pull asked for this very lease (a stream leases for the client's
+        latest deadline change, and Google's clients send one for every message
+        received) and started at most the lease slack ago, with no deadline change
+        since. The dispatcher leased those messages after the pull started, until
+        then plus ``seconds`` plus the slack, so the change asks for no more, and at
+        most the slack less (``planner.lease_holds``). Never with exactly-once: such
+        lots have no lease here. Those answered here count in
+        ``DEADLINE_CHANGES_UNCHANGED``.
+
+        An id settled here lately (acked, nacked) is judged by the lot it left: a
+        change to a delivery no longer leased changes nothing. Google's clients send
+        a message's receipt change and its ack as two calls, and the ack often comes
+        first (three in four of a drain's receipt changes through the Go client).
+
+        The others go on alone: an id not out here (pulled elsewhere, or settled too
+        long ago), or out on a lot whose lease may have moved. Sending the
+        whole change on for one such id had the dispatcher parse and check every id
+        of it, and its answer mark every lot named as moved, so that the next receipt
+        changes went on too: in a StreamingPull drain through Google's Go client
+        nearly every change reached the dispatcher."""
         if seconds <= 0 or not ack_ids:
-            return False
+            return ack_ids
         latest = time.monotonic() - LEASE_SLACK_S
-        lots = set(map(self._lot_of.get, ack_ids))
-        for lot in lots:
+        lots = list(map(self._lot_of.get, ack_ids))
+        distinct = set(lots)
+        if None in distinct:  # settled here lately? (a change after its ack changes nothing)
+            now, before = self._settled, self._settled_before
+            lots = [
+                lot if lot is not None else now.get(a) or before.get(a)
+                for a, lot in zip(ack_ids, lots, strict=True)
+            ]
+            distinct = set(lots)
+        keep: set[Lot] = set()
+        other: set[Lot | None] = set()
+        for lot in distinct:
             if (
                 lot is None
                 or lot.lease_s != seconds
                 or lot.pulled_at < latest
                 or lot.stream.name != name
             ):
-                return False
-        for lot in lots:
-            assert lot is not None
-            lot.stream.lease_s = seconds
-        DEADLINE_CHANGES_UNCHANGED.inc(len(ack_ids))
-        return True
+                other.add(lot)
+            else:
+                keep.add(lot)
+                lot.stream.lease_s = seconds
+        if not keep:
+            return ack_ids
+        rest = [a for a, lot in zip(ack_ids, lots, strict=True) if lot in other] if other else []
+        DEADLINE_CHANGES_UNCHANGED.inc(len(ack_ids) - len(rest))
+        return rest
 
     def extended(self, ack_ids: list[str], seconds: int, failures: dict[str, str]) -> None:
         if seconds == 0:

@@ -57,14 +57,32 @@ def test_a_receipt_change_at_the_pulls_lease_is_answered_at_the_door() -> None:
     deliver(streams, stream, ["a1", "a2"], 0, now + 60, (60, now))
     deliver(streams, stream, ["old"], 0, now + 60, (60, now - LEASE_SLACK_S - 1))
     deliver(streams, eo_stream, ["eo"], 0, now + 60, None)  # exactly-once: no lease here
-    assert streams.unchanged(SUB, ["a1", "a2"], 60)
+    assert streams.changing(SUB, ["a1", "a2"], 60) == []
     assert stream.lease_s == 60
-    assert not streams.unchanged(SUB, ["a1"], 30)  # another deadline: the dispatcher decides
-    assert not streams.unchanged(SUB, ["a1", "old"], 60)  # pulled more than the slack ago
-    assert not streams.unchanged(SUB, ["a1", "nope"], 60)  # not out here (acked, or elsewhere)
-    assert not streams.unchanged(OTHER, ["a1"], 60)  # named under another subscription
-    assert not streams.unchanged(SUB, ["eo"], 60)
-    assert not streams.unchanged(SUB, ["a1"], 0)  # a nack
+    assert streams.changing(SUB, ["a1"], 30) == ["a1"]  # another deadline: the dispatcher decides
+    # Only the ids it cannot answer go on: pulled more than the slack ago, not out here
+    # (acked, or elsewhere), under exactly-once.
+    assert streams.changing(SUB, ["a1", "old", "a2"], 60) == ["old"]
+    assert streams.changing(SUB, ["nope", "a1", "eo", "nope"], 60) == ["nope", "eo", "nope"]
+    assert streams.changing(OTHER, ["a1"], 60) == ["a1"]  # named under another subscription
+    assert streams.changing(SUB, ["a1"], 0) == ["a1"]  # a nack
     streams.extended(["a2"], 30, {})  # a change reached the dispatcher: the lot's lease moved
-    assert not streams.unchanged(SUB, ["a1"], 60)
+    assert streams.changing(SUB, ["a1"], 60) == ["a1"]
     assert stream.soonest <= time.monotonic() + 30
+
+
+def test_a_change_after_the_ack_is_judged_by_the_lot_the_id_left() -> None:
+    streams, stream = Streams(), Holder()
+    now = time.monotonic()
+    deliver(streams, stream, ["a1", "a2"], 0, now + 60, (60, now))
+    deliver(streams, stream, ["old"], 0, now + 60, (60, now - LEASE_SLACK_S - 1))
+    # Google's clients send a message's ack and its receipt change as two calls.
+    streams.settled(["a1", "old", "elsewhere"])
+    assert streams.changing(SUB, ["a1", "a2"], 60) == []
+    assert streams.changing(SUB, ["old", "a1", "elsewhere"], 60) == ["old", "elsewhere"]
+    assert streams.changing(SUB, ["a1"], 30) == ["a1"]
+    # Two generations of the slack later the ack is forgotten: the change goes on.
+    for _ in range(2):
+        streams._rotate_at = 0.0
+        streams.settled(["zz"])
+    assert streams.changing(SUB, ["a1"], 60) == ["a1"]
