@@ -119,6 +119,7 @@ class LakePubSubServer:
         log_level: str = "info",
         inherit_env: bool = False,
         grpc_port: bool = False,
+        workers: int = 1,
     ) -> None:
         self._joins = joins
         self.s3: bool = s3 if joins is None else joins.s3
@@ -151,6 +152,9 @@ class LakePubSubServer:
         # ``serve --grpc-port``: Google's clients reach grpcio on a port of its own
         # (chosen once, kept for ``restart``), not through the shared port's relay.
         self.grpc_port = free_port() if grpc_port and serve else 0
+        # ``serve --workers``: processes under one supervisor (``pid``), each a peer on
+        # the lake; ``counters`` then reads the one a connection reaches.
+        self.workers = workers if serve else 1
 
     def __enter__(self) -> LakePubSubServer:
         self.directory = scratch.directory("bench-lakepubsub-")
@@ -219,6 +223,7 @@ class LakePubSubServer:
                 "--lake", self.lake, "serve", "--host", "127.0.0.1", "--port", str(self.port),
                 "--no-access-log", "--log-level", self._log_level,
                 *(["--grpc-port", str(self.grpc_port)] if self.grpc_port else []),
+                *(["--workers", str(self.workers)] if self.workers > 1 else []),
             ]  # fmt: skip
         log_path = self.log_path
         assert log_path is not None

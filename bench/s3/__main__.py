@@ -20,7 +20,7 @@ from bench import gobuild
 from bench import report as out
 from bench.grpc_bench import NO_METADATA_ENV
 from bench.harness.lakepubsub_server import REPO, LakePubSubServer
-from bench.harness.meter import ProcessMeter
+from bench.harness.meter import ProcessMeter, tree_cpu_s
 from bench.harness.s3_proxy import S3Proxy
 from bench.s3 import backlog
 from bench.s3.prices import PROFILES, usd
@@ -170,15 +170,20 @@ def load(
     env: dict[str, str] | None = None,
     intake_bucket: str | None = None,
     client: str = "python",
+    workers: int = 1,
 ) -> LoadResult:
     """``rate`` messages a second for ``seconds`` over ``topics`` topics, open loop,
     one StreamingPull subscriber per topic; requests counted from the first
     publish until the subscriber has every message. ``client``: Google's Python
     client (``bench/s3/load.py``) or its Go client (``bench/loadgen``, modes
-    s3publish and s3subscribe), each in a publishing and a subscribing process."""
+    s3publish and s3subscribe), each in a publishing and a subscribing process.
+    ``workers``: ``serve --workers``, processes on one port that share the topics
+    (peering); the server's CPU is then the sum over them, and its commit counts
+    those of the one the bench reaches (the report leaves them out)."""
     with LakePubSubServer(
-        s3=True, serve=True, proxy=profile, env=env, intake_bucket=intake_bucket
-    ) as server:
+        s3=True, serve=True, proxy=profile, env=env, intake_bucket=intake_bucket,
+        workers=workers,
+    ) as server:  # fmt: skip
         assert server.proxy is not None and server.moto is not None
         pairs = [
             server.topic_and_subscription(ack_deadline_s=DEFAULT_ACK_DEADLINE_S)
@@ -197,7 +202,8 @@ def load(
         time.sleep(LOAD_SETTLE_S)
         server.proxy.reset()
         before = server.counters().commits_by_table
-        meters = [ProcessMeter(p) for p in (server.pid, server.moto.pid, server.proxy.pid)]
+        meters = [ProcessMeter(p) for p in (server.moto.pid, server.proxy.pid)]
+        server_cpu_s = tree_cpu_s(server.pid)  # with its workers
         started = time.monotonic()
         for meter in meters:
             meter.__enter__()
@@ -213,13 +219,15 @@ def load(
         delivered = _json_line(subscriber)
         for meter in meters:
             meter.__exit__(None, None, None)
+        server_cpu_s = tree_cpu_s(server.pid) - server_cpu_s
         wall = time.monotonic() - started
         window.join()  # the publisher ran its seconds: the window is over
         counts = server.proxy.reset()
         after = server.counters().commits_by_table
     kinds, directory = window.total(counts, "kinds"), window.total(counts, "directory_kinds")
-    commits = {t: after.get(t, 0.0) - before.get(t, 0.0) for t in after}
-    cpu = {n: m.usage.cpu_s for n, m in zip(("server", "moto", "proxy"), meters, strict=True)}
+    commits = {t: after.get(t, 0.0) - before.get(t, 0.0) for t in after} if workers == 1 else {}
+    cpu = {"server": server_cpu_s}
+    cpu |= {n: m.usage.cpu_s for n, m in zip(("moto", "proxy"), meters, strict=True)}
     steady = _by_kind(window.steady, "kinds")
     steady_s = float(window.steady["seconds"])  # type: ignore[arg-type]
     return LoadResult(
@@ -265,14 +273,26 @@ def idle(
     return f"| {label} | {' | '.join(cells)} |", top
 
 
-def load_report(results: list[LoadResult], profile: str, client: str = "python") -> list[str]:
+def _servers(workers: int) -> str:
+    if workers == 1:
+        return "One `lakepubsub serve` process."
+    return (
+        f"`lakepubsub serve --workers {workers}`: {workers} processes on one port, each a "
+        "peer owning some of the topics; server CPU is their sum; commits per "
+        "message are not collected (n/a)."
+    )
+
+
+def load_report(
+    results: list[LoadResult], profile: str, client: str = "python", workers: int = 1
+) -> list[str]:
     if not results:
         return []
     lines = [
         "",
         f"## Load (profile `{profile}`)",
         "",
-        f"One `lakepubsub serve` process. Google's {CLIENTS[client]}, default batching unless "
+        f"{_servers(workers)} Google's {CLIENTS[client]}, default batching unless "
         "*single*; open loop; one StreamingPull subscriber per topic. Requests and "
         "commits from the first publish until the subscriber had every message. "
         "*placed*: requests to a directory bucket (the intake with `--intake-bucket`) "
@@ -291,9 +311,10 @@ def load_report(results: list[LoadResult], profile: str, client: str = "python")
         ack = r.publish.get("ack_ms", {})
         e2e = r.delivery.get("e2e_ms", {})
         assert isinstance(ack, dict) and isinstance(e2e, dict)
-        messages_per = r.messages / max(1.0, r.commits.get("messages", 0.0))
-        intake_per = r.messages / max(1.0, r.commits.get("intake", 0.0))
-        lease_per = r.messages / max(1.0, r.commits.get("leases", 0.0))
+        per_commit = " | ".join(
+            f"{r.messages / max(1.0, r.commits.get(t, 0.0)):.1f}" if r.commits else "n/a"
+            for t in ("messages", "intake", "leases")
+        )
         lines.append(
             f"| {r.label} | {r.per_million('put') + r.per_million('post'):,.0f} "
             f"| {r.per_million('get'):,.0f} | {r.per_million('head'):,.0f} "
@@ -301,7 +322,7 @@ def load_report(results: list[LoadResult], profile: str, client: str = "python")
             f"| {r.usd_per_million('standard'):.3f} | {r.usd_per_million('express'):.3f} "
             f"| {r.usd_per_million('placed'):.3f} | {r.usd_per_month():.2f} "
             f"| {r.usd_per_month_steady():.2f} "
-            f"| {messages_per:.1f} | {intake_per:.1f} | {lease_per:.1f} "
+            f"| {per_commit} "
             f"| {ack['p50']:.0f} / {ack['p99']:.0f} | {e2e['p50']:.0f} / {e2e['p99']:.0f} "
             f"| {r.publish.get('failures')} | {r.delivery.get('duplicates')} "
             f"| {r.cpu_s['server']:.1f} / {r.cpu_s['moto']:.1f} / {r.cpu_s['proxy']:.1f} |"
@@ -349,6 +370,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--client", choices=("python", "go"), default="python",
         help="load cases' Google client: Python (bench/s3/load.py) or Go (bench/loadgen)",
     )  # fmt: skip
+    parser.add_argument("--workers", type=int, default=1, help="load cases' serve --workers")
     args = parser.parse_args(argv)
     cases = set(args.cases.split(","))
     base_env = dict(item.split("=", 1) for item in args.env)
@@ -369,15 +391,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     topics = args.topics or (5 if args.quick else 20)
     # Each load case with this run's profile and intake bucket.
     run = partial(
-        load, seconds=seconds, profile=args.profile, intake_bucket=hot, client=args.client
-    )
+        load, seconds=seconds, profile=args.profile, intake_bucket=hot, client=args.client,
+        workers=args.workers,
+    )  # fmt: skip
     batched = f"1 topic, {rate:.0f} msgs/s, batched"
     loads = [] if "load" not in cases else [
         run(batched, 1, rate, single=False, env=base_env),
         run(f"{topics} topics x {small:.0f} msgs/s, single", topics, topics * small,
             single=True, env=base_env),
     ]  # fmt: skip
-    lines += load_report(loads, args.profile, args.client)
+    lines += load_report(loads, args.profile, args.client, args.workers)
     if "flush" in cases:
         windows = [float(w) for w in args.flush_windows.split(",")]
         sweep = [
@@ -385,7 +408,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 env={**base_env, "LAKEPUBSUB_FLUSH_MS": str(w)})
             for w in windows
         ]  # fmt: skip
-        lines += load_report(sweep, args.profile, args.client)
+        lines += load_report(sweep, args.profile, args.client, args.workers)
     if "backlog" in cases:
         files, runs = (10, 1) if args.quick else (50, 3)
         lines += backlog.report(backlog.run(files, args.profile, runs), args.profile)
@@ -399,6 +422,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         name += "-intake-express"
     if args.client == "go" and cases & {"load", "flush"}:
         name += "-go"
+    if args.workers > 1 and cases & {"load", "flush"}:
+        name += f"-workers{args.workers}"
     out.write(args.out, f"{name}.md", lines)
 
 

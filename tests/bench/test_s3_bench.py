@@ -13,7 +13,7 @@ import pytest
 from bench.harness.lakepubsub_server import BUCKET, PROJECT, LakePubSubServer
 from bench.harness.s3_proxy import PROFILES, directory_bucket, profile_of
 from bench.s3 import backlog
-from bench.s3.__main__ import LoadResult, load
+from bench.s3.__main__ import LoadResult, load, load_report
 
 pytestmark = pytest.mark.s3
 
@@ -91,3 +91,20 @@ def test_the_go_client_load_publishes_and_delivers_every_message(single: bool) -
     assert result.steady_kinds.get("put", 0) > 0, result.steady_kinds
     assert all(n <= result.kinds[kind] for kind, n in result.steady_kinds.items())
     assert result.usd_per_month_steady() > 0
+
+
+def test_the_load_runs_on_two_workers_and_counts_both_processes_cpu() -> None:
+    """``--workers 2``: ``serve --workers 2``, two peers on one port sharing the topics;
+    every message is published and delivered, the server's CPU is the sum over the
+    supervisor and its workers, and commit counts, which one worker's metrics cannot
+    give, are left out of the report."""
+    result = load("workers", 4, 40.0, 2.0, single=True, profile="zero", client="go", workers=2)
+    assert (result.publish["acked"], result.publish["failures"]) == (80, 0), result.publish
+    assert result.delivery["distinct"] == 80, result.delivery
+    # uvicorn's supervisor only watches its workers (a few ms in 2 s); 80 publishes,
+    # deliveries and acks through the workers' doors cost far more.
+    assert result.cpu_s["server"] > 0.1, result.cpu_s
+    assert result.commits == {}
+    row = load_report([result], "zero", "go", workers=2)
+    assert "`lakepubsub serve --workers 2`" in "\n".join(row)
+    assert "| n/a | n/a | n/a |" in row[-1]
