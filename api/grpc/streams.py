@@ -143,7 +143,6 @@ class Streams:
                 for a, lot in zip(ack_ids, lots, strict=True)
             ]
             distinct = set(lots)
-        keep: set[Lot] = set()
         other: set[Lot | None] = set()
         for lot in distinct:
             if (
@@ -154,9 +153,8 @@ class Streams:
             ):
                 other.add(lot)
             else:
-                keep.add(lot)
                 lot.stream.lease_s = seconds
-        if not keep:
+        if len(other) == len(distinct):  # none answered here
             return ack_ids
         rest = [a for a, lot in zip(ack_ids, lots, strict=True) if lot in other] if other else []
         DEADLINE_CHANGES_UNCHANGED.inc(len(ack_ids) - len(rest))
