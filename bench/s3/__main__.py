@@ -171,6 +171,7 @@ def load(
     intake_bucket: str | None = None,
     client: str = "python",
     workers: int = 1,
+    grpc_port: bool = False,
 ) -> LoadResult:
     """``rate`` messages a second for ``seconds`` over ``topics`` topics, open loop,
     one StreamingPull subscriber per topic; requests counted from the first
@@ -179,10 +180,14 @@ def load(
     s3publish and s3subscribe), each in a publishing and a subscribing process.
     ``workers``: ``serve --workers``, processes on one port that share the topics
     (peering); the server's CPU is then the sum over them, and its commit counts
-    those of the one the bench reaches (the report leaves them out)."""
+    those of the one the bench reaches (the report leaves them out). ``grpc_port``:
+    ``serve --grpc-port``, the clients on grpcio's own port instead of the one port's
+    relay (one process only)."""
+    if grpc_port and workers > 1:
+        raise ValueError("--grpc-port takes one process: its workers would share the port")
     with LakePubSubServer(
         s3=True, serve=True, proxy=profile, env=env, intake_bucket=intake_bucket,
-        workers=workers,
+        workers=workers, grpc_port=grpc_port,
     ) as server:  # fmt: skip
         assert server.proxy is not None and server.moto is not None
         pairs = [
@@ -273,7 +278,12 @@ def idle(
     return f"| {label} | {' | '.join(cells)} |", top
 
 
-def _servers(workers: int) -> str:
+def _servers(workers: int, grpc_port: bool = False) -> str:
+    if grpc_port:
+        return (
+            "One `lakepubsub serve --grpc-port` process: the clients reach grpcio on a "
+            "port of its own, not through the one port's relay."
+        )
     if workers == 1:
         return "One `lakepubsub serve` process."
     return (
@@ -284,7 +294,11 @@ def _servers(workers: int) -> str:
 
 
 def load_report(
-    results: list[LoadResult], profile: str, client: str = "python", workers: int = 1
+    results: list[LoadResult],
+    profile: str,
+    client: str = "python",
+    workers: int = 1,
+    grpc_port: bool = False,
 ) -> list[str]:
     if not results:
         return []
@@ -292,7 +306,7 @@ def load_report(
         "",
         f"## Load (profile `{profile}`)",
         "",
-        f"{_servers(workers)} Google's {CLIENTS[client]}, default batching unless "
+        f"{_servers(workers, grpc_port)} Google's {CLIENTS[client]}, default batching unless "
         "*single*; open loop; one StreamingPull subscriber per topic. Requests and "
         "commits from the first publish until the subscriber had every message. "
         "*placed*: requests to a directory bucket (the intake with `--intake-bucket`) "
@@ -371,6 +385,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="load cases' Google client: Python (bench/s3/load.py) or Go (bench/loadgen)",
     )  # fmt: skip
     parser.add_argument("--workers", type=int, default=1, help="load cases' serve --workers")
+    parser.add_argument(
+        "--grpc-port", action="store_true",
+        help="load cases' clients on serve --grpc-port, not through the one port's relay",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     cases = set(args.cases.split(","))
     base_env = dict(item.split("=", 1) for item in args.env)
@@ -392,7 +410,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     # Each load case with this run's profile and intake bucket.
     run = partial(
         load, seconds=seconds, profile=args.profile, intake_bucket=hot, client=args.client,
-        workers=args.workers,
+        workers=args.workers, grpc_port=args.grpc_port,
     )  # fmt: skip
     batched = f"1 topic, {rate:.0f} msgs/s, batched"
     loads = [] if "load" not in cases else [
@@ -400,7 +418,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         run(f"{topics} topics x {small:.0f} msgs/s, single", topics, topics * small,
             single=True, env=base_env),
     ]  # fmt: skip
-    lines += load_report(loads, args.profile, args.client, args.workers)
+    lines += load_report(loads, args.profile, args.client, args.workers, args.grpc_port)
     if "flush" in cases:
         windows = [float(w) for w in args.flush_windows.split(",")]
         sweep = [
@@ -408,7 +426,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 env={**base_env, "LAKEPUBSUB_FLUSH_MS": str(w)})
             for w in windows
         ]  # fmt: skip
-        lines += load_report(sweep, args.profile, args.client, args.workers)
+        lines += load_report(sweep, args.profile, args.client, args.workers, args.grpc_port)
     if "backlog" in cases:
         files, runs = (10, 1) if args.quick else (50, 3)
         lines += backlog.report(backlog.run(files, args.profile, runs), args.profile)
@@ -424,6 +442,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         name += "-go"
     if args.workers > 1 and cases & {"load", "flush"}:
         name += f"-workers{args.workers}"
+    if args.grpc_port and cases & {"load", "flush"}:
+        name += "-grpc-port"
     out.write(args.out, f"{name}.md", lines)
 
 

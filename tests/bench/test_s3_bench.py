@@ -93,6 +93,20 @@ def test_the_go_client_load_publishes_and_delivers_every_message(single: bool) -
     assert result.usd_per_month_steady() > 0
 
 
+def test_the_load_reaches_grpcio_on_its_own_port() -> None:
+    """``--grpc-port``: the clients reach the server's grpcio port, not the one port
+    that relays to it; every message is published and delivered, and the report
+    says which door the clients used. It takes one process only."""
+    result = load("direct", 4, 40.0, 2.0, single=True, profile="zero", client="go", grpc_port=True)
+    assert (result.publish["acked"], result.publish["failures"]) == (80, 0), result.publish
+    assert result.delivery["distinct"] == 80, result.delivery
+    assert result.commits.get("intake", 0.0) + result.commits.get("messages", 0.0) > 0
+    row = load_report([result], "zero", "go", grpc_port=True)
+    assert "`lakepubsub serve --grpc-port`" in "\n".join(row)
+    with pytest.raises(ValueError, match="one process"):
+        load("both", 1, 10.0, 1.0, single=True, profile="zero", workers=2, grpc_port=True)
+
+
 def test_the_load_runs_on_two_workers_and_counts_both_processes_cpu() -> None:
     """``--workers 2``: ``serve --workers 2``, two peers on one port sharing the topics;
     every message is published and delivered, the server's CPU is the sum over the
