@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import itertools
 import logging
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -51,6 +52,16 @@ MIN_PING_INTERVAL_MS = 10_000
 START_TIMEOUT_S = 30.0
 # Streams get this long to end with UNAVAILABLE when the server stops.
 STOP_GRACE_S = 5.0
+# grpcio servers behind the one port, on the door's one event loop. A grpc.aio
+# server takes in one call at a time: it asks grpcio for the next call only once
+# the last one reached its handler, and each such step is a few turns of the
+# event loop. The calls of one connection queue there, and a client's calls of
+# another kind queued behind them: at 100 topics x 10 msgs/s, a subscriber's
+# acks waited behind a publisher's calls until their leases ran out and the
+# messages went out again (tens of thousands of duplicates a minute). Each
+# server takes in its own connections' calls, so up to this many connections are
+# taken in side by side.
+ACCEPT_LOOPS = 4
 
 GRPC_REQUESTS = Counter("lakepubsub_grpc_requests_total", "gRPC calls", ["method", "code"])
 
@@ -115,7 +126,10 @@ class GrpcDoor:
         self.authenticator = auth.Authenticator(state.auth_settings)
         # Local port of a connection forwarded from the public port -> the client's address.
         self.peers: dict[int, tuple[str, int]] = {}
-        self.port = 0
+        # grpcio's own ports, one per server (``ACCEPT_LOOPS``): the one port's relay
+        # hands each connection it forwards to the next.
+        self.ports: list[int] = []
+        self._turn = itertools.count()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.closing: asyncio.Event | None = None
         self._stop: asyncio.Event | None = None
@@ -126,7 +140,8 @@ class GrpcDoor:
 
     @property
     def target(self) -> tuple[str, int]:
-        return ("127.0.0.1", self.port)
+        """Where the relay forwards a new connection: the servers in turn."""
+        return ("127.0.0.1", self.ports[next(self._turn) % len(self.ports)])
 
     def start(self) -> None:
         self._thread.start()
@@ -190,19 +205,23 @@ class GrpcDoor:
         self.closing = asyncio.Event()
         # Only when its lines would be printed: an interceptor costs every call.
         logged = ACCESS_LOG.isEnabledFor(logging.INFO)
-        server = grpc.aio.server(
-            options=SERVER_OPTIONS,
-            maximum_concurrent_rpcs=constants.MAX_CONCURRENT_RPCS,
-            interceptors=[AccessLog(self)] if logged else [],
-        )
-        server.add_generic_rpc_handlers(self._handlers(self))
-        self.port = server.add_insecure_port("127.0.0.1:0")
-        self.listen(server, GrpcListen.from_env())
-        await server.start()
+        servers = []
+        for _ in range(ACCEPT_LOOPS):
+            server = grpc.aio.server(
+                options=SERVER_OPTIONS,
+                maximum_concurrent_rpcs=constants.MAX_CONCURRENT_RPCS,
+                interceptors=[AccessLog(self)] if logged else [],
+            )
+            server.add_generic_rpc_handlers(self._handlers(self))
+            self.ports.append(server.add_insecure_port("127.0.0.1:0"))
+            servers.append(server)
+        self.listen(servers[0], GrpcListen.from_env())
+        for server in servers:
+            await server.start()
         self._ready.set()
         await self._stop.wait()
         self.closing.set()
-        await server.stop(STOP_GRACE_S)
+        await asyncio.gather(*(server.stop(STOP_GRACE_S) for server in servers))
 
 
 class AccessLog(grpc.aio.ServerInterceptor):
