@@ -54,13 +54,12 @@ START_TIMEOUT_S = 30.0
 STOP_GRACE_S = 5.0
 # grpcio servers behind the one port, on the door's one event loop. A grpc.aio
 # server takes in one call at a time: it asks grpcio for the next call only once
-# the last one reached its handler, and each such step is a few turns of the
-# event loop. The calls of one connection queue there, and a client's calls of
-# another kind queued behind them: at 100 topics x 10 msgs/s, a subscriber's
-# acks waited behind a publisher's calls until their leases ran out and the
-# messages went out again (tens of thousands of duplicates a minute). Each
-# server takes in its own connections' calls, so up to this many connections are
-# taken in side by side.
+# the last has come in, and each such step takes a few turns of the event loop.
+# With one server every connection's calls queued there together: at 100 topics
+# x 10 msgs/s a subscriber's acks waited behind a publisher's calls until their
+# leases ran out, and the messages went out again (77,000-135,000 duplicates in
+# a 60 s run). Each server takes in the calls of its own connections, so up to
+# this many connections are taken in side by side.
 ACCEPT_LOOPS = 4
 
 GRPC_REQUESTS = Counter("lakepubsub_grpc_requests_total", "gRPC calls", ["method", "code"])
@@ -138,7 +137,6 @@ class GrpcDoor:
         self._thread = threading.Thread(target=self._run, name="grpc-door", daemon=True)
         self.streams = Streams()
 
-    @property
     def target(self) -> tuple[str, int]:
         """Where the relay forwards a new connection: the servers in turn."""
         return ("127.0.0.1", self.ports[next(self._turn) % len(self.ports)])
