@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import functools
 import inspect
-import itertools
 import logging
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -52,15 +51,6 @@ MIN_PING_INTERVAL_MS = 10_000
 START_TIMEOUT_S = 30.0
 # Streams get this long to end with UNAVAILABLE when the server stops.
 STOP_GRACE_S = 5.0
-# grpcio servers behind the one port, on the door's one event loop. A grpc.aio
-# server takes in one call at a time: it asks grpcio for the next call only once
-# the last has come in, and each such step takes a few turns of the event loop.
-# With one server every connection's calls queued there together: at 100 topics
-# x 10 msgs/s a subscriber's acks waited behind a publisher's calls until their
-# leases ran out, and the messages went out again (77,000-135,000 duplicates in
-# a 60 s run). Each server takes in the calls of its own connections, so up to
-# this many connections are taken in side by side.
-ACCEPT_LOOPS = 4
 
 GRPC_REQUESTS = Counter("lakepubsub_grpc_requests_total", "gRPC calls", ["method", "code"])
 
@@ -125,10 +115,7 @@ class GrpcDoor:
         self.authenticator = auth.Authenticator(state.auth_settings)
         # Local port of a connection forwarded from the public port -> the client's address.
         self.peers: dict[int, tuple[str, int]] = {}
-        # grpcio's own ports, one per server (``ACCEPT_LOOPS``): the one port's relay
-        # hands each connection it forwards to the next.
-        self.ports: list[int] = []
-        self._turn = itertools.count()
+        self.port = 0
         self.loop: asyncio.AbstractEventLoop | None = None
         self.closing: asyncio.Event | None = None
         self._stop: asyncio.Event | None = None
@@ -137,9 +124,9 @@ class GrpcDoor:
         self._thread = threading.Thread(target=self._run, name="grpc-door", daemon=True)
         self.streams = Streams()
 
+    @property
     def target(self) -> tuple[str, int]:
-        """Where the relay forwards a new connection: the servers in turn."""
-        return ("127.0.0.1", self.ports[next(self._turn) % len(self.ports)])
+        return ("127.0.0.1", self.port)
 
     def start(self) -> None:
         self._thread.start()
@@ -203,23 +190,19 @@ class GrpcDoor:
         self.closing = asyncio.Event()
         # Only when its lines would be printed: an interceptor costs every call.
         logged = ACCESS_LOG.isEnabledFor(logging.INFO)
-        servers = []
-        for _ in range(ACCEPT_LOOPS):
-            server = grpc.aio.server(
-                options=SERVER_OPTIONS,
-                maximum_concurrent_rpcs=constants.MAX_CONCURRENT_RPCS,
-                interceptors=[AccessLog(self)] if logged else [],
-            )
-            server.add_generic_rpc_handlers(self._handlers(self))
-            self.ports.append(server.add_insecure_port("127.0.0.1:0"))
-            servers.append(server)
-        self.listen(servers[0], GrpcListen.from_env())
-        for server in servers:
-            await server.start()
+        server = grpc.aio.server(
+            options=SERVER_OPTIONS,
+            maximum_concurrent_rpcs=constants.MAX_CONCURRENT_RPCS,
+            interceptors=[AccessLog(self)] if logged else [],
+        )
+        server.add_generic_rpc_handlers(self._handlers(self))
+        self.port = server.add_insecure_port("127.0.0.1:0")
+        self.listen(server, GrpcListen.from_env())
+        await server.start()
         self._ready.set()
         await self._stop.wait()
         self.closing.set()
-        await asyncio.gather(*(server.stop(STOP_GRACE_S) for server in servers))
+        await server.stop(STOP_GRACE_S)
 
 
 class AccessLog(grpc.aio.ServerInterceptor):

@@ -157,7 +157,7 @@ class Relay(asyncio.Protocol):
     async def _connect(self) -> None:
         try:
             upstream, _ = await asyncio.get_running_loop().create_connection(
-                lambda: _Upstream(self), *self.door.target()
+                lambda: _Upstream(self), *self.door.target
             )
         except OSError as exc:
             log.warning("cannot reach the gRPC server: %s", exc)
