@@ -4,6 +4,7 @@ loop, withdrawn when its caller goes away, so a closed connection strands nothin
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -20,12 +21,12 @@ async def start_pull(
     max_messages: int,
     return_immediately: bool = False,
     ack_deadline_s: int | None = None,
-) -> Future[list[ReceivedMessage]]:
+) -> Future[Sequence[ReceivedMessage]]:
     """A pull under way (every door): started inline when the catalog is cached, else
     on a worker thread (it reads storage). A caller cancelled while the pull starts
     withdraws it once started, so it strands nothing."""
 
-    def start() -> Future[list[ReceivedMessage]]:
+    def start() -> Future[Sequence[ReceivedMessage]]:
         return engine.pull_future(
             name,
             max_messages=max_messages,
@@ -44,7 +45,7 @@ async def start_pull(
 
 
 def _withdraw_started(
-    engine: Engine, name: SubscriptionName, task: asyncio.Future[Future[list[ReceivedMessage]]]
+    engine: Engine, name: SubscriptionName, task: asyncio.Future[Future[Sequence[ReceivedMessage]]]
 ) -> None:
     if not task.cancelled() and task.exception() is None:
         engine.withdraw(name, task.result())
@@ -60,9 +61,9 @@ def reports_attempts(engine: Engine, name: SubscriptionName) -> bool:
 async def pulled(
     engine: Engine,
     name: SubscriptionName,
-    future: Future[list[ReceivedMessage]],
+    future: Future[Sequence[ReceivedMessage]],
     gone: asyncio.Future[Any] | None = None,
-) -> list[ReceivedMessage]:
+) -> Sequence[ReceivedMessage]:
     """What the pull ``future`` delivers (both doors). If the caller goes away first
     (this task is cancelled, or ``gone`` completes: the client disconnected), the pull
     is withdrawn, what it was given is released for the next receiver at once, and

@@ -304,7 +304,7 @@ class Engine(Rooms):
         max_messages: int,
         return_immediately: bool = False,
         ack_deadline_s: int | None = None,
-    ) -> Future[list[ReceivedMessage]]:
+    ) -> Future[Sequence[ReceivedMessage]]:
         """Lease up to ``max_messages`` messages (and truncation events) for the ack deadline.
 
         Without ``return_immediately`` a pull with nothing to deliver waits up to
@@ -324,15 +324,17 @@ class Engine(Rooms):
     def pull(
         self, name: SubscriptionName, *, max_messages: int, return_immediately: bool = False
     ) -> list[ReceivedMessage]:
-        return self.pull_future(
-            name, max_messages=max_messages, return_immediately=return_immediately
-        ).result()
+        return list(
+            self.pull_future(
+                name, max_messages=max_messages, return_immediately=return_immediately
+            ).result()
+        )
 
-    def pull_here(self, name: SubscriptionName, pull: Pull) -> Future[list[ReceivedMessage]]:
+    def pull_here(self, name: SubscriptionName, pull: Pull) -> Future[Sequence[ReceivedMessage]]:
         """A pull on this process's dispatcher (``pull_future`` checked it)."""
         return self.deliveries.pull_here(name, pull)
 
-    def withdraw(self, name: SubscriptionName, pull: Future[list[ReceivedMessage]]) -> None:
+    def withdraw(self, name: SubscriptionName, pull: Future[Sequence[ReceivedMessage]]) -> None:
         """Give up a pull from ``pull_future`` whose receiver went away (a stream or
         long poll that ended). A pull still waiting leaves its dispatcher at once;
         what it was already given is released (``release``). Only for a pull none of

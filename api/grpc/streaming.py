@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -37,13 +37,13 @@ import grpc
 from google.pubsub_v1.types import pubsub as ps
 
 from api import answers
-from api.grpc import encode
+from api.grpc import encode, encode_columns
 from api.grpc.door import GRPC_REQUESTS, Call, GrpcDoor, abort, failure_of, parse
 from api.grpc.streams import Lot
 from api.grpc.wire import serialized, subscription_name
 from api.pulls import start_pull
 from lakepubsub import Engine, SubscriptionName, constants, errors
-from lakepubsub.messages import ReceivedMessage
+from lakepubsub.messages import Received, ReceivedMessage
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +103,8 @@ class Stream:
         # The dispatcher's answer to the pull under way, until the stream takes it,
         # and deliveries taken but not yet written: what the stream gives back if it
         # ends first.
-        self._pending: Future[list[ReceivedMessage]] | None = None
-        self._unsent: list[ReceivedMessage] = []
+        self._pending: Future[Sequence[ReceivedMessage]] | None = None
+        self._unsent: Sequence[ReceivedMessage] = []
 
     # -- flow control -----------------------------------------------------------------------
 
@@ -197,7 +197,7 @@ class Stream:
         engine, pending, unsent = self.door.engine, self._pending, self._unsent
         self._pending, self._unsent = None, []
         if unsent:
-            self.door.streams.settled([r.ack_id for r in unsent])
+            self.door.streams.settled(sizes_and_ack_ids(unsent)[1])
         if pending is None and not unsent:
             return
         if engine.lookups_need_no_io():
@@ -207,7 +207,7 @@ class Stream:
                 None, _withdraw_and_release, engine, self.name, pending, unsent
             )
 
-    async def _pull(self, room: int) -> tuple[list[ReceivedMessage], int, float]:
+    async def _pull(self, room: int) -> tuple[Sequence[ReceivedMessage], int, float]:
         """Deliveries, their lease, and when the pull started (time.monotonic())."""
         lease_s = self._lease_s()
         started = time.monotonic()
@@ -217,12 +217,11 @@ class Stream:
         self._pending = future
         return await answers.of(future), lease_s, started
 
-    def _record(self, received: list[ReceivedMessage], lease_s: int, started: float) -> None:
+    def _record(self, received: Sequence[ReceivedMessage], lease_s: int, started: float) -> None:
         """Deliveries take the stream's room from now until acked, nacked or expired."""
         until = time.monotonic() + lease_s
         self._soonest = min(self._soonest, until)
-        size = sum(r.message.size for r in received if r.message is not None)
-        ack_ids = [r.ack_id for r in received]
+        size, ack_ids = sizes_and_ack_ids(received)
         lease = None if self.exactly_once else (lease_s, started)
         lot = Lot(self, ack_ids, size, until, lease)
         self.door.streams.delivered(lot)
@@ -230,16 +229,15 @@ class Stream:
         self.out_count += lot.left
         self.out_bytes += size
 
-    async def _send(self, received: list[ReceivedMessage]) -> None:
-        for at in range(0, len(received), constants.MAX_PULL_MESSAGES):
-            await self._write(
-                encode.received_messages(
-                    received[at : at + constants.MAX_PULL_MESSAGES],
-                    attempts=self.attempts,
-                    then=self._properties,
-                )
-            )
-            self._unsent = received[at + constants.MAX_PULL_MESSAGES :]
+    async def _send(self, received: Sequence[ReceivedMessage]) -> None:
+        for sent, response in encode_columns.responses(
+            received,
+            limit=constants.MAX_PULL_MESSAGES,
+            attempts=self.attempts,
+            then=self._properties,
+        ):
+            await self._write(response)
+            self._unsent = received[sent:]
 
     async def _write(self, response: Any) -> None:
         """Write a response: deliveries already encoded (with the subscription's
@@ -317,12 +315,21 @@ class Stream:
 def _withdraw_and_release(
     engine: Engine,
     name: SubscriptionName,
-    pending: Future[list[ReceivedMessage]] | None,
-    unsent: list[ReceivedMessage],
+    pending: Future[Sequence[ReceivedMessage]] | None,
+    unsent: Sequence[ReceivedMessage],
 ) -> None:
     if pending is not None:
         engine.withdraw(name, pending)
     engine.release(name, unsent)
+
+
+def sizes_and_ack_ids(received: Sequence[ReceivedMessage]) -> tuple[int, list[str]]:
+    """The messages' bytes and the ack ids of deliveries, without building the
+    messages of a ``Received``'s runs."""
+    if isinstance(received, Received):
+        return received.size(), received.ack_ids()
+    size = sum(r.message.size for r in received if r.message is not None)
+    return size, [r.ack_id for r in received]
 
 
 def _deadline(seconds: int) -> int:

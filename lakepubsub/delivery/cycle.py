@@ -36,7 +36,7 @@ from lakepubsub.delivery.requests import (
     SeekRequest,
     TruncateRequest,
 )
-from lakepubsub.messages import ReceivedMessage, TruncationEvent
+from lakepubsub.messages import Received, TruncationEvent
 from lakepubsub.publish.messages_table import MessagesTable
 from lakepubsub.resources.subscriptions import Subscription
 from lakepubsub.retry import optimistic
@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 # The backlog gauge (metrics.BACKLOG) is computed at most this often per subscription.
 BACKLOG_EVERY_S = 1.0
 Truncates = list[TruncateRequest | SeekRequest | FlushRequest]
-Outcome = tuple[list[dict[str, str]], list[TruncationEvent | None], list[ReceivedMessage]]
+Outcome = tuple[list[dict[str, str]], list[TruncationEvent | None], Received]
 
 
 class CycleTables:
@@ -178,7 +178,7 @@ class CycleTables:
                 events.append(None)
             else:
                 events.append(truncate(planner, messages, request))
-        deliveries = self.claimer.claim(sub, planner, messages, demand) if demand else []
+        deliveries = self.claimer.claim(sub, planner, messages, demand) if demand else Received()
         if not uniform:
             apply_pull_deadlines(planner, deliveries, pulls)
         if planner.dirty or table.pending:

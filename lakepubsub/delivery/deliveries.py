@@ -108,7 +108,7 @@ class Deliveries:
         max_messages: int,
         return_immediately: bool,
         ack_deadline_s: int | None,
-    ) -> Future[list[ReceivedMessage]]:
+    ) -> Future[Sequence[ReceivedMessage]]:
         """A checked pull, at the topic's owner or here (``Engine.pull_future``)."""
         if max_messages <= 0:
             raise errors.InvalidArgument("maxMessages must be a positive number")
@@ -134,15 +134,17 @@ class Deliveries:
             withdraw=lambda source: self.withdraw(name, source),
         )
 
-    def pull_here(self, name: SubscriptionName, pull: Pull) -> Future[list[ReceivedMessage]]:
+    def pull_here(self, name: SubscriptionName, pull: Pull) -> Future[Sequence[ReceivedMessage]]:
         return self.submit(name, lambda: requests.PullRequest.of(pull))
 
-    def withdraw(self, name: SubscriptionName, pull: Future[list[ReceivedMessage]]) -> None:
+    def withdraw(self, name: SubscriptionName, pull: Future[Sequence[ReceivedMessage]]) -> None:
         if pull.cancel():
             return
         pull.add_done_callback(lambda done: self._release_result(name, done))
 
-    def _release_result(self, name: SubscriptionName, done: Future[list[ReceivedMessage]]) -> None:
+    def _release_result(
+        self, name: SubscriptionName, done: Future[Sequence[ReceivedMessage]]
+    ) -> None:
         if not done.cancelled() and done.exception() is None:
             self.release(name, done.result())
 

@@ -33,7 +33,7 @@ from lakepubsub.delivery.requests import (
     SeekRequest,
     TruncateRequest,
 )
-from lakepubsub.messages import ReceivedMessage
+from lakepubsub.messages import Received, ReceivedMessage
 from lakepubsub.resources.subscriptions import Subscription
 from lakepubsub.retry import optimistic
 
@@ -305,13 +305,13 @@ class Dispatcher:
         self._tables.claimer.committed()
         self._hand_out(deliveries, sum(p.max_messages for p in pulls))
 
-    def _hand_out(self, deliveries: list[ReceivedMessage], demand: int) -> None:
+    def _hand_out(self, deliveries: Received, demand: int) -> None:
         """Each waiting pull takes its share, in order. The share of a pull withdrawn
         meanwhile (its future cancelled) is released, not given to another pull: it
         was leased for that pull's deadline."""
         now = time.monotonic()
         unseen: list[ReceivedMessage] = []
-        answers: list[tuple[PullRequest, list[ReceivedMessage]]] = []
+        answers: list[tuple[PullRequest, Received]] = []
         with self._cond:
             if demand:  # a nudge during the cycle has cleared _nudged's reason to trust this
                 self._dry = len(deliveries) < demand and not self._nudged

@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable
 
 import orjson
+import pyarrow.compute as pc
 
 from lakepubsub._lake import table_schemas
 from lakepubsub.delivery.ackids import AckId, subscription_tag
@@ -18,8 +19,11 @@ from lakepubsub.delivery.planner import Claim, Planner, Policy
 from lakepubsub.delivery.requests import AckRequest, PullRequest, TruncateRequest
 from lakepubsub.messages import (
     Message,
+    Part,
     PublishMessage,
+    Received,
     ReceivedMessage,
+    Run,
     TruncationEvent,
     from_arrow,
 )
@@ -62,7 +66,7 @@ class Claimer:
 
     def claim(
         self, sub: Subscription, planner: Planner, messages: MessagesTable, demand: int
-    ) -> list[ReceivedMessage]:
+    ) -> Received:
         """The deliveries for ``demand``: ready rows (events first), then new messages."""
         ready = planner.available()
         exhausted = [r for r in ready if planner.exhausted(r)][:MAX_DEAD_LETTERS_PER_CYCLE]
@@ -70,17 +74,18 @@ class Claimer:
         wanted = [r.offset for r in exhausted + ready if r.kind == table_schemas.KIND_MESSAGE]
         found = {m.offset: m for m in from_arrow(messages.read_offsets(wanted))}
         self._move_to_dead_letter(sub, planner, exhausted, found)
-        claims: list[ReceivedMessage] = []
+        again: list[ReceivedMessage] = []
         for row in ready:
             if row.kind == table_schemas.KIND_EVENT:
                 event = TruncationEvent.from_json(orjson.loads(row.event or "{}"))
-                claims.append(received(planner.lease(row), event))
+                again.append(received(planner.lease(row), event))
             elif row.offset in found:
-                claims.append(received(planner.lease(row), found[row.offset]))
+                again.append(received(planner.lease(row), found[row.offset]))
             else:  # the message is gone (retention); nothing left to deliver
                 planner.drop(row.key)
-        self._claim_new(sub, planner, messages, demand, claims)
-        return claims
+        parts: list[Part] = [again]
+        self._claim_new(sub, planner, messages, demand - len(again), parts)
+        return Received(parts)
 
     def _claim_new(
         self,
@@ -88,22 +93,24 @@ class Claimer:
         planner: Planner,
         messages: MessagesTable,
         demand: int,
-        claims: list[ReceivedMessage],
+        parts: list[Part],
     ) -> None:
-        """Lease messages past the frontier: filtered out ones count as acknowledged,
-        ones behind a busy ordering key are held."""
+        """Lease up to ``demand`` messages past the frontier (added to ``parts``):
+        filtered out ones count as acknowledged, ones behind a busy ordering key are
+        held. Without ordering, each read's messages go as a ``Run``, in their
+        stored columns."""
         head = messages.head()
         match = self._compiled_filter(sub)
         ordering = planner.policy.ordering
         busy = planner.busy_keys() if ordering else set()
-        scanned = 0
+        scanned = claimed = 0
         # With skipping (filter, held keys), a read is sized from the share of
         # messages recent reads passed, so one read usually fills the demand;
         # until that is known, each round reads twice as far as the last.
         skip_chunk = demand * 4
-        while len(claims) < demand and planner.cursor.frontier < head:
+        while claimed < demand and planner.cursor.frontier < head:
             start = planner.cursor.frontier
-            wanted = demand - len(claims)
+            wanted = demand - claimed
             if match is None and not ordering:
                 chunk = wanted
             elif self._pass_rate is not None:
@@ -126,17 +133,29 @@ class Claimer:
                     taken.append(message)
                     if len(taken) == wanted:
                         break
+                offsets = [m.offset for m in taken]
+                ack_ids = planner.lease_new(offsets, [m.ordering_key or None for m in taken])
+                new = tuple.__new__
+                parts.append(
+                    [
+                        new(ReceivedMessage, (a, 1, m, None))
+                        for a, m in zip(ack_ids, taken, strict=True)
+                    ]
+                )
             else:  # every message read (and passed) goes, up to the demand
-                taken = from_arrow(table.slice(0, wanted))
-            ack_ids = planner.lease_new(
-                [m.offset for m in taken], [m.ordering_key or None for m in taken]
-            )
-            new = tuple.__new__
-            claims.extend(
-                [new(ReceivedMessage, (a, 1, m, None)) for a, m in zip(ack_ids, taken, strict=True)]
-            )
-            if len(taken) == wanted:
-                end = taken[-1].offset + 1
+                table = table.slice(0, wanted)
+                offsets = table.column("offset").to_pylist()
+                keys = table.column("ordering_key")
+                ordering_keys: list[str | None] = (
+                    [k or None for k in keys.to_pylist()]
+                    if pc.any(pc.not_equal(keys, "")).as_py()
+                    else [None] * len(offsets)
+                )
+                ack_ids = planner.lease_new(offsets, ordering_keys)
+                parts.append(Run(table, ack_ids))
+            claimed += len(offsets)
+            if len(offsets) == wanted:
+                end = offsets[-1] + 1
             planner.advance(end)
             scanned += end - start
             if scanned >= MAX_SCAN_PER_CYCLE:
@@ -224,9 +243,7 @@ def policy_of(sub: Subscription) -> Policy:
     )
 
 
-def apply_pull_deadlines(
-    planner: Planner, deliveries: list[ReceivedMessage], pulls: list[PullRequest]
-) -> None:
+def apply_pull_deadlines(planner: Planner, deliveries: Received, pulls: list[PullRequest]) -> None:
     """Give each delivery the lease of the pull it goes to (the dispatcher serves the
     planned pulls in order, each its ``max_messages``). Only a cycle whose pulls ask
     for different deadlines comes here: it parses the ack ids for their rows."""
@@ -235,8 +252,8 @@ def apply_pull_deadlines(
         share = deliveries[at : at + pull.max_messages]
         at += pull.max_messages
         if pull.ack_deadline_s is not None:
-            for delivery in share:
-                key = AckId.parse(delivery.ack_id).key
+            for ack_id in share.ack_ids():
+                key = AckId.parse(ack_id).key
                 planner.set_lease_deadline(key, pull.ack_deadline_s, LEASE_SLACK_US)
 
 

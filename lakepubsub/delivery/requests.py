@@ -5,6 +5,7 @@ cycle that applied it has committed (``lakepubsub/delivery/dispatcher.py``)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
@@ -20,7 +21,7 @@ class PullRequest:
     # The lease of what this pull gets, when not the subscription's own
     # (a StreamingPull stream's stream_ack_deadline_seconds).
     ack_deadline_s: int | None = None
-    future: Future[list[ReceivedMessage]] = field(default_factory=Future)
+    future: Future[Sequence[ReceivedMessage]] = field(default_factory=Future)
     planned: bool = False  # has been part of at least one cycle's demand
 
     @classmethod

@@ -32,6 +32,7 @@ import contextlib
 import logging
 import secrets
 import threading
+from collections.abc import Sequence
 from concurrent.futures import Future
 
 import grpc
@@ -237,7 +238,9 @@ class Peering:
             lambda answer: int(orjson.loads(answer)["first"]),
         )
 
-    def pull(self, member: Member, subscription: str, pull: Pull) -> Future[list[ReceivedMessage]]:
+    def pull(
+        self, member: Member, subscription: str, pull: Pull
+    ) -> Future[Sequence[ReceivedMessage]]:
         body = orjson.dumps({"subscription": subscription, **pull.to_json()})
         metrics.PEER_CALLS.labels("pull").inc()
         name = SubscriptionName.parse(subscription)

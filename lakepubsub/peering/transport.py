@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import secrets
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, InvalidStateError
 from typing import Any, TypeVar
 
@@ -148,9 +148,9 @@ class Handlers(grpc.GenericRpcHandler):
         doc = orjson.loads(body)
         name = SubscriptionName.parse(doc["subscription"])
         engine = self._engine
-        started: list[Future[list[ReceivedMessage]]] = []
+        started: list[Future[Sequence[ReceivedMessage]]] = []
 
-        def pull() -> Future[list[ReceivedMessage]]:
+        def pull() -> Future[Sequence[ReceivedMessage]]:
             started.append(engine.pull_here(name, Pull.from_json(doc)))
             return started[0]
 

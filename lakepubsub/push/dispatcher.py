@@ -21,7 +21,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from functools import partial
 from typing import Any
 
@@ -212,7 +212,7 @@ class SubscriptionPusher:
         self._acks: list[str] = []
         self._nacks: list[str] = []
         self._deliveries: set[asyncio.Task[None]] = set()
-        self._pull: asyncio.Future[list[ReceivedMessage]] | None = None
+        self._pull: asyncio.Future[Sequence[ReceivedMessage]] | None = None
         self._warned_at = -float("inf")
 
     def update(self, sub: Subscription) -> None:
@@ -306,7 +306,7 @@ class SubscriptionPusher:
         if self._stopped:
             self._pull.cancel()
         try:
-            return await self._pull
+            return list(await self._pull)
         finally:
             self._pull = None
 
