@@ -228,7 +228,7 @@ def _batches(parts: list[Part]) -> Iterator[Part]:
 
 
 def responses(
-    received: Sequence[ReceivedMessage], *, limit: int, attempts: bool, then: bytes
+    received: Sequence[ReceivedMessage], *, limit: int, attempts: bool, then: bytes = b""
 ) -> Iterator[tuple[int, bytes]]:
     """``received`` as responses of at most ``limit`` deliveries, each followed by
     ``then`` (``encode.received_messages``), with how many deliveries were written by

@@ -19,7 +19,7 @@ from google.protobuf.message import Message
 from google.pubsub_v1.types import pubsub as ps
 
 from api import answers, auth, convert
-from api.grpc import encode
+from api.grpc import encode_columns
 from api.grpc.admin import PUBLISHER_ADMIN, SUBSCRIBER_ADMIN
 from api.grpc.admin import methods as admin_methods
 from api.grpc.door import Call, GrpcDoor, Handler, as_dict, unary, validated
@@ -88,7 +88,9 @@ async def pull(door: GrpcDoor, request: Any, call: Call) -> bytes:
     )
     attempts = reports_attempts(door.engine, name)
     received = await pulled(door.engine, name, future)
-    return encode.received_messages(received, attempts=attempts)  # a PullResponse
+    # a PullResponse: one response of everything (a run of new messages in bulk)
+    whole = encode_columns.responses(received, limit=max(1, len(received)), attempts=attempts)
+    return next(whole, (0, b""))[1]
 
 
 async def acknowledge(door: GrpcDoor, request: Any, call: Call) -> Message:

@@ -4,14 +4,15 @@ fields) so that ``messages.from_arrow`` reads them back."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lakepubsub._lake import table_schemas
-from lakepubsub.messages import ReceivedMessage, TruncationEvent, from_arrow
+from lakepubsub.messages import Received, ReceivedMessage, Run, TruncationEvent, from_arrow
 
 _DELIVERIES = pa.schema(
     [
@@ -34,7 +35,31 @@ def from_ipc(body: bytes) -> pa.Table:
     return pa.ipc.open_stream(body).read_all()
 
 
-def deliveries_to_ipc(items: Iterable[ReceivedMessage]) -> bytes:
+def deliveries_to_ipc(items: Sequence[ReceivedMessage]) -> bytes:
+    """A pull's answer as Arrow IPC: a ``Received``'s runs go as their columns, with
+    no Python object per message; other deliveries are written one by one."""
+    parts = items.parts if isinstance(items, Received) else [list(items)]
+    tables = [_run_table(p) if isinstance(p, Run) else _table(p) for p in parts]
+    return ipc(pa.concat_tables(tables) if tables else _table([]))
+
+
+def _run_table(run: Run) -> pa.Table:
+    n = len(run.ack_ids)
+    columns = {
+        "ack_id": pa.array(run.ack_ids, pa.string()),
+        "delivery_attempt": pa.array([1] * n, pa.int32()),
+        "event": pa.nulls(n, pa.string()),
+    }
+    return pa.table(
+        [
+            columns[name] if name in columns else run.table.column(name)
+            for name in _DELIVERIES.names
+        ],
+        schema=_DELIVERIES,
+    )
+
+
+def _table(items: Iterable[ReceivedMessage]) -> pa.Table:
     cols: dict[str, list[Any]] = {name: [] for name in _DELIVERIES.names}
     for item in items:
         cols["ack_id"].append(item.ack_id)
@@ -49,13 +74,21 @@ def deliveries_to_ipc(items: Iterable[ReceivedMessage]) -> bytes:
         cols["attributes"].append(None if m is None else list(m.attributes.items()))
         cols["ordering_key"].append(None if m is None else m.ordering_key)
         cols["size"].append(None if m is None else m.size)
-    return ipc(pa.table(cols, schema=_DELIVERIES))
+    return pa.table(cols, schema=_DELIVERIES)
 
 
-def deliveries_from_ipc(body: bytes) -> list[ReceivedMessage]:
+def deliveries_from_ipc(body: bytes) -> Received:
+    """The deliveries ``deliveries_to_ipc`` wrote: first attempts of messages as a
+    ``Run`` (in their columns, as the owner's dispatcher handed them out), the rest
+    as ``ReceivedMessage`` objects."""
     table = from_ipc(body)
+    events, attempts = table.column("event"), table.column("delivery_attempt")
+    first = pc.and_(pc.is_null(events), pc.equal(attempts, 1))
+    if table.num_rows and pc.all(first).as_py():
+        messages = table.select(table_schemas.MESSAGES.names)
+        return Received([Run(messages, table.column("ack_id").to_pylist())])
     new = tuple.__new__
-    return [
+    return Received([[
         new(ReceivedMessage, (ack_id, attempt, message, None))
         if event is None
         else ReceivedMessage(ack_id, attempt, event=TruncationEvent.from_json(orjson.loads(event)))
@@ -66,4 +99,4 @@ def deliveries_from_ipc(body: bytes) -> list[ReceivedMessage]:
             from_arrow(table),
             strict=True,
         )
-    ]
+    ]])  # fmt: skip
