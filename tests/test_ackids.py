@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import random
+
 from lakepubsub._lake import table_schemas
-from lakepubsub.delivery.ackids import INVALID_ACK_ID, AckId, split_malformed
-from lakepubsub.delivery.leases import Cursor, LeaseState
+from lakepubsub.delivery.ackids import INVALID_ACK_ID, AckId, MessageIds, split_malformed
+from lakepubsub.delivery.leases import LEASED, Cursor, LeaseState, Row
 from lakepubsub.delivery.planner import Planner, Policy
 
 NOW_US = 1_700_000_000_000_000
@@ -25,3 +27,49 @@ def test_bulk_leases_ids_parse_back_and_a_malformed_id_fails_alone() -> None:
     assert good == texts
     assert parsed == [AckId.parse(t) for t in texts]
     assert malformed == {"feedbeef-mX-1": INVALID_ACK_ID}
+
+
+def test_message_ids_of_one_subscription_parse_in_bulk() -> None:
+    message, event = table_schemas.KIND_MESSAGE, table_schemas.KIND_EVENT
+    texts = [f"feedbeef-m{o}-{o * 2 + 1}" for o in (7, 3, 12345678901234, 0)]
+    _, parsed, _ = split_malformed(texts)
+    assert isinstance(parsed, MessageIds)
+    assert parsed.offsets == [7, 3, 12345678901234, 0]
+    assert parsed == [AckId.parse(t) for t in texts]
+    assert parsed[1] == AckId("feedbeef", message, 3, 7)
+    assert parsed[1:3] == [AckId.parse(t) for t in texts[1:3]]
+    # another tag, an event, or a malformed id: each id parsed on its own
+    for other in ("0badcafe-m1-2", "feedbeef-e1-2", "feedbeef-m1-"):
+        good, each, malformed = split_malformed([*texts, other])
+        assert not isinstance(each, MessageIds)
+        if malformed:
+            assert good == texts and each == parsed
+        else:
+            assert each == [*parsed, AckId.parse(other)]
+    assert AckId.parse("0badcafe-e4-9") == AckId("0badcafe", event, 4, 9)
+
+
+def test_bulk_acks_settle_exactly_what_one_by_one_would() -> None:
+    rng = random.Random(4)
+    message = table_schemas.KIND_MESSAGE
+    for _ in range(50):
+        rows = {
+            (message, o): Row(message, o, o + 100, 1, LEASED, NOW_US + 10**7)
+            for o in rng.sample(range(60), 30)
+        }
+        state = LeaseState(0, Cursor(60, 200, 0, NOW_US), rows)
+        planners = [Planner(state, Policy(tag="feedbeef", ack_deadline_s=10), NOW_US)
+                    for _ in range(2)]  # fmt: skip
+        for planner in planners:  # the same plan so far: new leases, a drop, an ack
+            planner.lease_new([60, 61, 62], [None] * 3)
+            planner.drop((message, sorted(rows)[0][1]))
+            planner.changed[(message, 63)] = None
+        offsets = rng.sample(range(70), 25)
+        texts = [f"feedbeef-m{o}-{o + 100}" for o in offsets]
+        _, bulk, _ = split_malformed(texts)
+        assert isinstance(bulk, MessageIds)
+        planners[0].acknowledge(bulk)
+        planners[1].acknowledge([AckId.parse(t) for t in texts])
+        assert planners[0].changed == planners[1].changed
+        planners[0].acknowledge(split_malformed(["0badcafe-m1-101"])[1])  # not its tag
+        assert planners[0].changed == planners[1].changed

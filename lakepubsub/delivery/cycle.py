@@ -11,7 +11,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from lakepubsub import metrics
@@ -95,7 +95,7 @@ class CycleTables:
             self._look = True
 
     def leaves_leases(
-        self, sub: Subscription, ack_ids: list[AckId], deadline_s: int | None
+        self, sub: Subscription, ack_ids: Sequence[AckId], deadline_s: int | None
     ) -> bool:
         """Whether a deadline change of ``ack_ids`` to ``deadline_s`` would leave every
         lease as it is on the state last read, committed or deferred here

@@ -165,7 +165,7 @@ class Deliveries:
         self,
         name: SubscriptionName,
         ack_ids: list[str],
-        parsed: list[AckId],
+        parsed: Sequence[AckId],
         deadline_s: int | None,
     ) -> Future[dict[str, str]]:
         """Acks (``deadline_s`` None) or deadline changes, at the topic's owner or here."""

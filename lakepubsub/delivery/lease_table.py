@@ -106,9 +106,23 @@ class LeaseTable:
         assert self._state is not None and planner.state is self._state
         if self.pending_since is None:
             self.pending_since = time.monotonic()
-        self._pending.update(planner.changed)
+        changed = planner.changed
+        self._pending.update(changed)
         self._pending_cursor = self._pending_cursor or planner.cursor_changed
-        self._state = planner.result_state(self._state.version)
+        # The plan's changes go into the rows in place, not into a copy of them: a
+        # copy of every outstanding row each cycle (10,000 in a StreamingPull window)
+        # was about 5 % of a drain's CPU. The state the plan was made on is the one
+        # changed (it is superseded: nothing plans on it again), so ``Planner.
+        # outstanding`` still counts right, and a reader on another thread
+        # (``CycleTables.leaves_leases``) sees each row before or after its change.
+        parent = self._state
+        rows = parent.rows
+        gone = [key for key, row in changed.items() if row is None]
+        for key in gone:
+            rows.pop(key, None)
+        rows.update({key: row for key, row in changed.items() if row is not None})
+        self._state = LeaseState(parent.version, planner.cursor, rows)
+        self._state.inherit_due(parent.due_bound(), changed.values())
         return self._state
 
     def commit(self, planner: Planner) -> LeaseState:

@@ -35,7 +35,7 @@ class AckRequest:
     """An ack (``deadline_s`` None), a deadline change (0 is a nack) or, with
     ``leases.RELEASE``, deliveries given back unseen."""
 
-    ack_ids: list[AckId]
+    ack_ids: Sequence[AckId]
     deadline_s: int | None
     future: Future[dict[str, str]] = field(default_factory=Future)
 
