@@ -9,7 +9,6 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from lakepubsub._lake import table_schemas
 from lakepubsub.messages import Received, ReceivedMessage, Run, TruncationEvent, from_arrow
@@ -83,8 +82,9 @@ def deliveries_from_ipc(body: bytes) -> Received:
     as ``ReceivedMessage`` objects."""
     table = from_ipc(body)
     events, attempts = table.column("event"), table.column("delivery_attempt")
-    first = pc.and_(pc.is_null(events), pc.equal(attempts, 1))
-    if table.num_rows and pc.all(first).as_py():
+    # null counts and numpy, not Arrow compute calls (tens of µs each, per answer)
+    first = events.null_count == table.num_rows and bool((attempts.to_numpy() == 1).all())
+    if table.num_rows and first:
         messages = table.select(table_schemas.MESSAGES.names)
         return Received([Run(messages, table.column("ack_id").to_pylist())])
     new = tuple.__new__
