@@ -31,6 +31,7 @@ CASES = {
     "consume": ("bench.consume_bench", "Spark reading subscriptions: consume.md"),
     "spark": ("bench.spark_scan", "Spark SQL over history: spark_scan.md"),
     "filters": ("bench.filters_bench", "filter evaluation"),
+    "ab": ("bench.ab", "gRPC drain and latency, two revisions in turn: ab-*.md"),
 }
 # ``make bench-quick``: every case's CI form, reports in bench/results/tmp (not committed).
 TMP = "bench/results/tmp"

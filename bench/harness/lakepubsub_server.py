@@ -120,8 +120,12 @@ class LakePubSubServer:
         inherit_env: bool = False,
         grpc_port: bool = False,
         workers: int = 1,
+        code: Path = REPO,
     ) -> None:
         self._joins = joins
+        # The checkout whose lakepubsub the server runs (its working directory, first
+        # on its import path): this one, or another revision's (``bench ab``).
+        self._code = code
         self.s3: bool = s3 if joins is None else joins.s3
         self.serve = serve
         self._pull_wait_s = pull_wait_s
@@ -229,7 +233,7 @@ class LakePubSubServer:
         assert log_path is not None
         with log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
+                command, cwd=self._code, env=env, stdout=log, stderr=subprocess.STDOUT
             )
         self.pid = self.process.pid
         self.port = self.port or _wait_listening(self.process, log_path)

@@ -375,20 +375,15 @@ class Planner:
         ``lease`` would make, and their ack ids (as text: the delivery's answer) built
         in one pass each, without a ``Claim`` or ``AckId`` per message."""
         first = self.cursor.next_delivery
-        count = len(offsets)
-        self.cursor.next_delivery = first + count
-        deliveries = range(first, first + count)
+        self.cursor.next_delivery = first + len(offsets)
+        leased = zip(offsets, range(first, first + len(offsets)), strict=True)
         kind, deadline_us = table_schemas.KIND_MESSAGE, self.now_us + self.policy.lease_us
-        if len(ordering_keys) != count:
-            raise ValueError("lease_new: one ordering key per offset")
-        # Every loop here runs in C (map, zip, repeat): a Python loop per message cost
-        # three times as much, for every message a StreamingPull drain delivers. The
-        # zips end with the offsets (the repeats never end: not strict).
-        fields = zip(repeat(kind), offsets, deliveries, repeat(1), repeat(LEASED),
-                     repeat(deadline_us), ordering_keys, repeat(None), strict=False)  # fmt: skip
-        keys = zip(repeat(kind), offsets, strict=False)
-        self.changed.update(zip(keys, map(_new, repeat(Row), fields), strict=True))
-        return list(map(f"{self.policy.tag}-m{{}}-{{}}".format, offsets, deliveries))
+        rows = [
+            _new(Row, (kind, o, d, 1, LEASED, deadline_us, k, None))
+            for (o, d), k in zip(leased, ordering_keys, strict=True)
+        ]
+        self.changed.update({(kind, r.offset): r for r in rows})
+        return [f"{self.policy.tag}-m{r.offset}-{r.delivery_id}" for r in rows]
 
     def set_lease_deadline(self, key: Key, deadline_s: int, slack_us: int = 0) -> None:
         """Give a row leased by this plan a deadline of its own (``deadline_s`` from now,
