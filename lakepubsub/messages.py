@@ -151,7 +151,7 @@ class Run(NamedTuple):
     """New messages delivered together on their first attempt, kept in their stored
     columns (the messages table's schema, as ``MessagesTable.read_range`` returns
     them) with their ack ids in row order. A door that can encode columns in bulk
-    (the gRPC door, ``api/grpc/encode.py``) never builds a ``Message`` for them;
+    (the gRPC door, ``api/grpc/encode_columns.py``) never builds a ``Message`` for them;
     anything else sees ``ReceivedMessage`` objects built on demand."""
 
     table: pa.Table
@@ -277,6 +277,14 @@ class Received(Sequence[ReceivedMessage]):
             else sum(r.message.size for r in part if r.message is not None)
             for part in self._parts
         )
+
+
+def ack_ids_of(received: Sequence[ReceivedMessage]) -> list[str]:
+    """The deliveries' ack ids, in order (a ``Received``'s without building its runs'
+    messages)."""
+    if isinstance(received, Received):
+        return received.ack_ids()
+    return [r.ack_id for r in received]
 
 
 def _part_len(part: Part) -> int:

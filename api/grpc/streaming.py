@@ -43,7 +43,7 @@ from api.grpc.streams import Lot
 from api.grpc.wire import serialized, subscription_name
 from api.pulls import start_pull
 from lakepubsub import Engine, SubscriptionName, constants, errors
-from lakepubsub.messages import Received, ReceivedMessage
+from lakepubsub.messages import Received, ReceivedMessage, ack_ids_of
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +197,7 @@ class Stream:
         engine, pending, unsent = self.door.engine, self._pending, self._unsent
         self._pending, self._unsent = None, []
         if unsent:
-            self.door.streams.settled(sizes_and_ack_ids(unsent)[1])
+            self.door.streams.settled(ack_ids_of(unsent))
         if pending is None and not unsent:
             return
         if engine.lookups_need_no_io():
@@ -328,8 +328,7 @@ def sizes_and_ack_ids(received: Sequence[ReceivedMessage]) -> tuple[int, list[st
     messages of a ``Received``'s runs."""
     if isinstance(received, Received):
         return received.size(), received.ack_ids()
-    size = sum(r.message.size for r in received if r.message is not None)
-    return size, [r.ack_id for r in received]
+    return sum(r.message.size for r in received if r.message is not None), ack_ids_of(received)
 
 
 def _deadline(seconds: int) -> int:
