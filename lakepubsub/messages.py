@@ -193,6 +193,11 @@ class Received(Sequence[ReceivedMessage]):
         self._parts: list[Part] = [p for p in parts if _part_len(p)]
         self._length = sum(_part_len(p) for p in self._parts)
 
+    @classmethod
+    def of(cls, items: Sequence[ReceivedMessage]) -> Received:
+        """``items`` as a ``Received``: itself if it is one (its runs kept)."""
+        return items if isinstance(items, Received) else cls([list(items)])
+
     @property
     def parts(self) -> list[Part]:
         return list(self._parts)
@@ -249,8 +254,7 @@ class Received(Sequence[ReceivedMessage]):
         return out
 
     def __add__(self, other: Sequence[ReceivedMessage]) -> Received:
-        extra = other.parts if isinstance(other, Received) else [list(other)]
-        return Received([*self._parts, *extra])
+        return Received([*self._parts, *Received.of(other).parts])
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Received | list | tuple):
@@ -277,14 +281,6 @@ class Received(Sequence[ReceivedMessage]):
             else sum(r.message.size for r in part if r.message is not None)
             for part in self._parts
         )
-
-
-def ack_ids_of(received: Sequence[ReceivedMessage]) -> list[str]:
-    """The deliveries' ack ids, in order (a ``Received``'s without building its runs'
-    messages)."""
-    if isinstance(received, Received):
-        return received.ack_ids()
-    return [r.ack_id for r in received]
 
 
 def _part_len(part: Part) -> int:

@@ -61,7 +61,7 @@ def _field(tag: bytes, body: bytes) -> bytes:
     return tag + _length(len(body)) + body
 
 
-def _timestamp(us: int) -> bytes:
+def timestamp(us: int) -> bytes:
     """``publish_time = 4`` of a time in microseconds."""
     seconds, rest = divmod(us, US_PER_S)
     body = (b"\x08" + varint(seconds) if seconds else b"") + (
@@ -102,7 +102,7 @@ def received_messages(
             message_id, attributes = msg.message_id, msg.attributes
         stamp = stamps.get(us)
         if stamp is None:
-            stamp = stamps[us] = _timestamp(us)
+            stamp = stamps[us] = timestamp(us)
         ack = ack_id.encode()
         mid = message_id.encode()
         # PubsubMessage's fields in number order, as protobuf writes them: data and

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from api.grpc import encode
-from api.grpc.encode import _timestamp, varint
+from api.grpc.encode import timestamp, varint
 from lakepubsub.messages import Part, Received, ReceivedMessage, Run
 
 _BINARY = pa.binary()
@@ -153,7 +153,7 @@ def _stamps(column: pa.Array) -> tuple[pa.Array, Ints]:
     equal times (every message of a publish commit has the same)."""
     micros = np.frombuffer(column.buffers()[1], np.int64, len(column), column.offset * 8)
     starts = np.flatnonzero(np.diff(micros)) + 1
-    encoded = [_timestamp(int(us)) for us in micros[np.concatenate(([0], starts))]]
+    encoded = [timestamp(int(us)) for us in micros[np.concatenate(([0], starts))]]
     repeats = np.diff(np.concatenate(([0], starts, [len(micros)])))
     which = np.repeat(np.arange(len(encoded)), repeats)
     sizes = np.array([len(e) for e in encoded], np.int64)
@@ -215,13 +215,16 @@ def _batches(parts: list[Part]) -> Iterator[Part]:
     for part in parts:
         if not isinstance(part, Run):
             yield part
-        elif len(part.ack_ids) < BULK_FROM:
+            continue
+        if len(part.ack_ids) < BULK_FROM:
             yield part.received()
-        elif min((b.num_rows for b in part.table.to_batches()), default=0) < BULK_FROM:
+            continue
+        batches = part.table.to_batches()
+        if min(b.num_rows for b in batches) < BULK_FROM:
             yield Run(part.table.combine_chunks(), part.ack_ids)
         else:
             at = 0
-            for batch in part.table.to_batches():
+            for batch in batches:
                 size = batch.num_rows
                 yield Run(pa.Table.from_batches([batch]), part.ack_ids[at : at + size])
                 at += size
@@ -233,10 +236,9 @@ def responses(
     """``received`` as responses of at most ``limit`` deliveries, each followed by
     ``then`` (``encode.received_messages``), with how many deliveries were written by
     the end of each. A ``Received``'s runs are encoded whole, once, and cut."""
-    parts: list[Part] = received.parts if isinstance(received, Received) else [list(received)]
     pieces: list[bytes | memoryview] = []
     count = sent = 0
-    for part in _batches(parts):
+    for part in _batches(Received.of(received).parts):
         if isinstance(part, Run):
             rows, offsets = run_rows(part, attempts=attempts)
             size = len(part.ack_ids)

@@ -43,7 +43,7 @@ from api.grpc.streams import Lot
 from api.grpc.wire import serialized, subscription_name
 from api.pulls import start_pull
 from lakepubsub import Engine, SubscriptionName, constants, errors
-from lakepubsub.messages import Received, ReceivedMessage, ack_ids_of
+from lakepubsub.messages import Received, ReceivedMessage
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +197,7 @@ class Stream:
         engine, pending, unsent = self.door.engine, self._pending, self._unsent
         self._pending, self._unsent = None, []
         if unsent:
-            self.door.streams.settled(ack_ids_of(unsent))
+            self.door.streams.settled(Received.of(unsent).ack_ids())
         if pending is None and not unsent:
             return
         if engine.lookups_need_no_io():
@@ -221,7 +221,8 @@ class Stream:
         """Deliveries take the stream's room from now until acked, nacked or expired."""
         until = time.monotonic() + lease_s
         self._soonest = min(self._soonest, until)
-        size, ack_ids = sizes_and_ack_ids(received)
+        delivered = Received.of(received)
+        size, ack_ids = delivered.size(), delivered.ack_ids()
         lease = None if self.exactly_once else (lease_s, started)
         lot = Lot(self, ack_ids, size, until, lease)
         self.door.streams.delivered(lot)
@@ -321,14 +322,6 @@ def _withdraw_and_release(
     if pending is not None:
         engine.withdraw(name, pending)
     engine.release(name, unsent)
-
-
-def sizes_and_ack_ids(received: Sequence[ReceivedMessage]) -> tuple[int, list[str]]:
-    """The messages' bytes and the ack ids of deliveries, without building the
-    messages of a ``Received``'s runs."""
-    if isinstance(received, Received):
-        return received.size(), received.ack_ids()
-    return sum(r.message.size for r in received if r.message is not None), ack_ids_of(received)
 
 
 def _deadline(seconds: int) -> int:

@@ -15,7 +15,7 @@ from lakepubsub.delivery import leases, requests
 from lakepubsub.delivery.ackids import AckId, parse_all
 from lakepubsub.delivery.context import DeliveryContext
 from lakepubsub.delivery.dispatcher import Dispatcher
-from lakepubsub.messages import Pull, ReceivedMessage, TruncationEvent, ack_ids_of
+from lakepubsub.messages import Pull, Received, ReceivedMessage, TruncationEvent
 from lakepubsub.peering.routing import Route, via_owner
 from lakepubsub.resources.directory import Directory
 from lakepubsub.resources.names import SubscriptionName
@@ -149,7 +149,7 @@ class Deliveries:
             self.release(name, done.result())
 
     def release(self, name: SubscriptionName, received: Sequence[ReceivedMessage]) -> None:
-        ack_ids = ack_ids_of(received)
+        ack_ids = Received.of(received).ack_ids()
         if not ack_ids:
             return
         try:

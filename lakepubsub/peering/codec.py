@@ -37,8 +37,7 @@ def from_ipc(body: bytes) -> pa.Table:
 def deliveries_to_ipc(items: Sequence[ReceivedMessage]) -> bytes:
     """A pull's answer as Arrow IPC: a ``Received``'s runs go as their columns, with
     no Python object per message; other deliveries are written one by one."""
-    parts = items.parts if isinstance(items, Received) else [list(items)]
-    tables = [_run_table(p) if isinstance(p, Run) else _table(p) for p in parts]
+    tables = [_run_table(p) if isinstance(p, Run) else _table(p) for p in Received.of(items).parts]
     return ipc(pa.concat_tables(tables) if tables else _table([]))
 
 
