@@ -64,19 +64,31 @@ class MessageIds(Sequence[AckId]):
     """Ack ids of messages of one subscription (one tag), parsed in bulk: their
     offsets and delivery ids as lists of ints. It reads as a sequence of ``AckId``
     (built as they are looked at); an ack of a subscription without exactly-once
-    needs only the offsets (``planner._settle``).
+    needs only the offsets (``PlannedRows.settle``).
 
     Written by hand because an ``AckId`` per id (four substrings, two ints and a
     tuple) was about 0.6 µs of every acknowledged message of a StreamingPull drain:
-    here one scan of the joined text yields two substrings per id, turned into ints
-    by ``map``."""
+    here one scan of the joined text yields each id's offset, turned into ints by
+    ``map``; the delivery ids only when something asks for them (a second scan of
+    the text ``_scan_messages`` checked), since an ack without exactly-once needs
+    none."""
 
-    __slots__ = ("delivery_ids", "offsets", "tag")
+    __slots__ = ("_delivery_ids", "_text", "offsets", "tag")
 
-    def __init__(self, tag: str, offsets: list[int], delivery_ids: list[int]) -> None:
+    def __init__(
+        self, tag: str, offsets: list[int], delivery_ids: list[int] | None = None, text: str = ""
+    ) -> None:
         self.tag = tag
         self.offsets = offsets
-        self.delivery_ids = delivery_ids
+        self._delivery_ids = delivery_ids
+        self._text = text  # the ids, one per line, when delivery_ids is None
+
+    @property
+    def delivery_ids(self) -> list[int]:
+        if self._delivery_ids is None:
+            found = _DELIVERY_LINES.findall(self._text)
+            self._delivery_ids = list(map(int, found))
+        return self._delivery_ids
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -105,8 +117,10 @@ class MessageIds(Sequence[AckId]):
             yield new(AckId, (tag, kind, offset, delivery))
 
 
-# Message ids of one tag, one per line: offset and delivery id (by tag, compiled once).
+# Message ids of one tag, one per line: their offsets (by tag, compiled once); and
+# the delivery ids of lines already checked.
 _MESSAGE_LINES: dict[str, re.Pattern[str]] = {}
+_DELIVERY_LINES = re.compile("-([0-9]+)$", re.MULTILINE)
 _MESSAGE = table_schemas.KIND_MESSAGE
 
 
@@ -119,13 +133,12 @@ def _scan_messages(text: str, count: int) -> MessageIds | None:
         if _TAG.fullmatch(tag) is None:
             return None
         pattern = _MESSAGE_LINES[tag] = re.compile(
-            f"^{tag}-m([0-9]{{1,19}})-([0-9]{{1,19}})$", re.MULTILINE
+            f"^{tag}-m([0-9]{{1,19}})-[0-9]{{1,19}}$", re.MULTILINE
         )
     found = pattern.findall(text)
     if len(found) != count:
         return None
-    offsets, deliveries = zip(*found, strict=True)
-    return MessageIds(tag, list(map(int, offsets)), list(map(int, deliveries)))
+    return MessageIds(tag, list(map(int, found)), text=text)
 
 
 def _scan(ack_ids: list[str]) -> Sequence[AckId] | None:

@@ -10,6 +10,10 @@ table would hold more than ``MAX_FILES`` files, a commit also folds the smallest
 ones into its new file. The commit is a strict compare-and-swap on the version:
 a plan made on a state that another writer has moved on fails and is redone.
 
+Blocks of leases (``lakepubsub/delivery/lease_rows.py``) are tracked by file as
+blocks, not by key: a file holds single rows and whole blocks, and a commit that
+changes a block rewrites what is left of it, written from its columns.
+
 A plan may also be *deferred* (``defer``): the state in memory moves on, and
 the changes wait for the next commit, which writes them all relative to what
 is stored. A lost race, or a reread after another writer's commit, drops what
@@ -26,7 +30,7 @@ import pyarrow.parquet as pq
 
 from lakepubsub import metrics
 from lakepubsub._lake import Lake, TableLog, storage_errors, table_schemas
-from lakepubsub.delivery.leases import CURSOR_KEY, Cursor, Key, LeaseState, Row, to_arrow
+from lakepubsub.delivery.leases import CURSOR_KEY, Block, Cursor, Key, LeaseState, Row, to_arrow
 from lakepubsub.delivery.planner import Planner
 
 # Files a lease table may hold before a commit folds its smallest files into the
@@ -46,11 +50,18 @@ class LeaseTable:
         self._lake = lake
         self._log = TableLog(lake, self.uri)
         self._state: LeaseState | None = None
+        # Where each stored single row and each stored block is (blocks by id).
         self._file_of: dict[Key, str] = {}
         self._keys_in: dict[str, set[Key]] = {}
-        # Deferred changes: rows changed since the stored version (None: deleted),
+        self._block_file: dict[int, str] = {}
+        self._blocks_in: dict[str, set[int]] = {}
+        self._rows_in: dict[str, int] = {}  # rows a file holds
+        # Deferred changes: single rows changed since the stored version (None:
+        # deleted), blocks made or changed, how many rows those changes touched,
         # whether the cursor changed, and since when (time.monotonic()).
         self._pending: dict[Key, Row | None] = {}
+        self._pending_blocks: set[int] = set()
+        self._pending_block_rows = 0
         self._pending_cursor = False
         self.pending_since: float | None = None
         self._stored_cursor: Cursor | None = None
@@ -78,27 +89,31 @@ class LeaseTable:
     def _read(self) -> None:
         file_of: dict[Key, str] = {}
         keys_in: dict[str, set[Key]] = {}
+        rows_in: dict[str, int] = {}
         parts = []
         with storage_errors(self.uri):
             for path in self._log.files:
                 rows = pq.read_table(self._log.open_file(path))
                 keys = set(zip(rows["kind"].to_pylist(), rows["offset"].to_pylist(), strict=True))
                 keys_in[path] = keys
+                rows_in[path] = len(keys)
                 file_of.update((key, path) for key in keys)
                 parts.append(rows.select(table_schemas.LEASES.names).cast(table_schemas.LEASES))
         table = pa.concat_tables(parts) if parts else table_schemas.empty_leases()
         self._state = LeaseState.from_arrow(table, self._log.version)
-        self._file_of, self._keys_in = file_of, keys_in
+        self._file_of, self._keys_in, self._rows_in = file_of, keys_in, rows_in
+        self._block_file, self._blocks_in = {}, {}
         self._stored_cursor = self._state.cursor
         self._drop_pending()
 
     @property
     def pending(self) -> int:
         """Deferred row changes (and 1 for a deferred cursor change)."""
-        return len(self._pending) + int(self._pending_cursor)
+        return len(self._pending) + self._pending_block_rows + int(self._pending_cursor)
 
     def _drop_pending(self) -> None:
         self._pending, self._pending_cursor, self.pending_since = {}, False, None
+        self._pending_blocks, self._pending_block_rows = set(), 0
 
     def defer(self, planner: Planner) -> LeaseState:
         """Take ``planner``'s changes into the state in memory, to be written by the
@@ -112,17 +127,19 @@ class LeaseTable:
         # The plan's changes go into the rows in place, not into a copy of them: a
         # copy of every outstanding row each cycle (10,000 in a StreamingPull window)
         # was about 5 % of a drain's CPU. The state the plan was made on is the one
-        # changed (it is superseded: nothing plans on it again), so ``Planner.
-        # outstanding`` still counts right, and a reader on another thread
-        # (``CycleTables.leaves_leases``) sees each row before or after its change.
+        # changed (it is superseded: nothing plans on it again), and a reader on
+        # another thread (``CycleTables.leaves_leases``) sees each row before or
+        # after its change. The plan's new blocks are taken as they are.
         parent = self._state
         rows = parent.rows
-        gone = [key for key, row in changed.items() if row is None]
-        for key in gone:
-            rows.pop(key, None)
-        rows.update({key: row for key, row in changed.items() if row is not None})
+        blocks = planner.new_blocks
+        rows.add_blocks(blocks)
+        touched = rows.discard_offsets(planner.removed) | rows.apply(changed)
+        rows.prune()
+        self._pending_blocks |= touched | {b.id for b in blocks}
+        self._pending_block_rows += len(planner.removed) + sum(len(b.offsets) for b in blocks)
         self._state = LeaseState(parent.version, planner.cursor, rows)
-        self._state.inherit_due(parent.due_bound(), changed.values())
+        self._state.inherit_due(parent.due_bound(), changed.values(), blocks)
         return self._state
 
     def commit(self, planner: Planner) -> LeaseState:
@@ -133,23 +150,29 @@ class LeaseTable:
         assert self._state is not None and planner.state is self._state
         log = self._log
         started = time.perf_counter()
-        result = planner.result_state(log.version)
+        result, planned_blocks = planner.result_and_blocks(log.version)
         changed = set(planner.changed) | set(self._pending)
+        changed_blocks = planned_blocks | self._pending_blocks
         live = result.rows
         # An unchanged cursor stays in its file: an ack that deletes a file's rows
         # commits only the file's removal.
         cursor_file = self._file_of.get(CURSOR_KEY)
         rewrite_cursor = planner.cursor_changed or self._pending_cursor or cursor_file is None
         touched = {self._file_of[k] for k in changed if k in self._file_of}
+        touched |= {self._block_file[b] for b in changed_blocks if b in self._block_file}
         if rewrite_cursor and cursor_file is not None:
             touched.add(cursor_file)
         if len(log.files) - len(touched) + 2 > MAX_FILES:
             smallest = sorted(
                 (p for p in log.files if p not in touched),
-                key=lambda p: len(self._keys_in.get(p, ())),
+                key=lambda p: self._rows_in.get(p, 0),
             )
             touched |= set(smallest[: len(log.files) - len(touched) + 2 - MAX_FILES // 2])
-        if not touched and not any(k in live for k in changed):
+        if (
+            not touched
+            and not any(k in live.single for k in changed)
+            and not any(b.id in changed_blocks for b in live.blocks)
+        ):
             # Nothing stored changes (rows made and dropped within the plan), but a
             # commit must carry an action: it rewrites the cursor.
             rewrite_cursor = True
@@ -159,14 +182,17 @@ class LeaseTable:
         # compacted with rows by another writer): the cursor is written anew.
         rewrite_cursor = rewrite_cursor or cursor_file in touched
         carried = set().union(*(self._keys_in.get(p, ()) for p in touched)) if touched else set()
+        carried_blocks = set().union(*(self._blocks_in.get(p, ()) for p in touched))
         # Keys are (kind, offset) tuples: sorting them is a C comparison, where
         # sorting the rows by a key function costs a Python call per row.
-        keys = sorted(k for k in (carried | changed) - {CURSOR_KEY} if k in live)
-        rows = [live[k] for k in keys]
+        single = live.single
+        keys = sorted(k for k in (carried | changed) - {CURSOR_KEY} if k in single)
+        rows = [single[k] for k in keys]
+        blocks = [b for b in live.blocks if b.id in changed_blocks or b.id in carried_blocks]
         stored_cursor = self._stored_cursor or self._state.cursor
         cursor = result.cursor if rewrite_cursor else stored_cursor
         cursor_add = log.write_file(to_arrow([], cursor)) if rewrite_cursor else None
-        rows_add = log.write_file(to_arrow(rows, None)) if rows else None
+        rows_add = log.write_file(_rows_table(rows, blocks)) if rows or blocks else None
         adds = [a for a in (cursor_add, rows_add) if a is not None]
         version = log.commit(
             [*adds, *(log.remove(p) for p in sorted(touched))],
@@ -176,8 +202,9 @@ class LeaseTable:
         )
         metrics.COMMITS.labels("leases").inc()
         metrics.COMMIT_SECONDS.labels("leases").observe(time.perf_counter() - started)
-        metrics.ROWS_PER_COMMIT.labels("leases").observe(len(rows) + int(rewrite_cursor))
-        self._track(touched, cursor_add, rows_add, keys)
+        written = len(rows) + sum(len(b.live) for b in blocks)
+        metrics.ROWS_PER_COMMIT.labels("leases").observe(written + int(rewrite_cursor))
+        self._track(touched, cursor_add, rows_add, keys, blocks)
         self._state = LeaseState(version, cursor, result.rows)
         self._state.inherit_due(result.due_bound())
         self._stored_cursor = cursor
@@ -190,18 +217,37 @@ class LeaseTable:
         cursor_add: dict[str, dict[str, str]] | None,
         rows_add: dict[str, dict[str, str]] | None,
         keys: list[Key],
+        blocks: list[Block],
     ) -> None:
         written = set(keys)
+        block_ids = {b.id for b in blocks}
         for path in removed:
-            # Keys rewritten into the new file are repointed below; only the rest go.
+            # Keys and blocks rewritten into the new file are repointed below; only the
+            # rest go.
+            self._rows_in.pop(path, None)
             for key in self._keys_in.pop(path, set()) - written:
                 if self._file_of.get(key) == path:
                     del self._file_of[key]
+            for block in self._blocks_in.pop(path, set()) - block_ids:
+                if self._block_file.get(block) == path:
+                    del self._block_file[block]
         if cursor_add is not None:
             cursor_path = cursor_add["add"]["path"]
             self._keys_in[cursor_path] = {CURSOR_KEY}
             self._file_of[CURSOR_KEY] = cursor_path
+            self._rows_in[cursor_path] = 1
         if rows_add is not None:
             path = rows_add["add"]["path"]
             self._keys_in[path] = written
             self._file_of.update(dict.fromkeys(keys, path))
+            self._blocks_in[path] = block_ids
+            self._block_file.update(dict.fromkeys(block_ids, path))
+            self._rows_in[path] = len(keys) + sum(len(b.live) for b in blocks)
+
+
+def _rows_table(rows: list[Row], blocks: list[Block]) -> pa.Table:
+    """Single rows and blocks' live rows, as one table in the lease-table schema."""
+    parts = [b.to_arrow() for b in blocks]
+    if rows or not parts:
+        parts.insert(0, to_arrow(rows, None))
+    return parts[0] if len(parts) == 1 else pa.concat_tables(parts)

@@ -14,21 +14,17 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import pyarrow as pa
 
 from lakepubsub import constants
 from lakepubsub._lake import table_schemas
+from lakepubsub.delivery.lease_rows import HELD, LEASED, WAITING, Block, Key, LeaseRows, Row
 
-Key = tuple[int, int]  # kind, offset
-
-# Row states.
-LEASED = 0  # out for delivery until deadline_us
-WAITING = 1  # (re)deliverable from deadline_us on: nacked, or backing off
-HELD = 2  # behind an earlier outstanding message of its ordering key
+__all__ = ["HELD", "LEASED", "WAITING", "Block", "Key", "LeaseRows", "Row"]
 
 # The deadline of a change that gives back deliveries no client received (their
 # stream or long poll ended before they were written): ``Planner.release``.
@@ -59,34 +55,21 @@ class Cursor:
     active_us: int  # last time a client did something (expiration policy)
 
 
-class Row(NamedTuple):
-    """One outstanding message or event. A named tuple, not a frozen dataclass:
-    every delivery makes one or more, and a tuple is built about three times
-    faster; its fields are also the lease table's first columns, in order."""
-
-    kind: int
-    offset: int
-    delivery_id: int = 0
-    attempt: int = 0
-    state: int = WAITING
-    deadline_us: int = 0
-    ordering_key: str | None = None
-    event: str | None = None
-
-    @property
-    def key(self) -> Key:
-        return (self.kind, self.offset)
-
-
 @dataclass
 class LeaseState:
-    """The lease table at ``version``: the cursor and the outstanding rows."""
+    """The lease table at ``version``: the cursor and the outstanding rows (given as
+    a dict, they become a ``LeaseRows``)."""
 
     version: int
     cursor: Cursor
-    rows: dict[Key, Row] = field(default_factory=dict)
+    rows: LeaseRows = field(default_factory=LeaseRows)
     _earliest_due_us: int | None = field(default=None, init=False, repr=False, compare=False)
     _due_exact: bool = field(default=False, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.rows, LeaseRows):
+            given: Mapping[Key, Row] = self.rows
+            self.rows = LeaseRows(dict(given))
 
     @classmethod
     def from_arrow(cls, table: pa.Table, version: int) -> LeaseState:
@@ -101,15 +84,19 @@ class LeaseState:
             for r in zip(*columns, strict=True)
             if r[0] != table_schemas.KIND_CURSOR
         }
-        return cls(version, cursor, rows)
+        return cls(version, cursor, LeaseRows(rows))
 
     def floor(self) -> int:
         """The lowest unacknowledged offset (the frontier when none is outstanding)."""
-        offsets = [k[1] for k in self.rows if k[0] == table_schemas.KIND_MESSAGE]
-        return min(offsets, default=self.cursor.frontier)
+        offsets = [k[1] for k in self.rows.single if k[0] == table_schemas.KIND_MESSAGE]
+        return min(
+            min(offsets, default=self.cursor.frontier),
+            self.rows.min_block_offset(self.cursor.frontier),
+        )
 
     def outstanding(self) -> int:
-        return sum(1 for k in self.rows if k[0] == table_schemas.KIND_MESSAGE)
+        single = sum(1 for k in self.rows.single if k[0] == table_schemas.KIND_MESSAGE)
+        return single + self.rows.block_count()
 
     def earliest_due_us(self, now_us: int | None = None) -> int:
         """No stored row is deliverable before this time (a lower bound: back-off is
@@ -122,9 +109,10 @@ class LeaseState:
             # One pass over every row: a cycle that leases 1,000 messages of a
             # 10,000-message window made it each time (3-4 % of a drain's CPU).
             bound = min(
-                (r.deadline_us for r in self.rows.values() if r.state != HELD),
+                (r.deadline_us for r in self.rows.single.values() if r.state != HELD),
                 default=_NEVER_US,
             )
+            bound = min(bound, self.rows.earliest_block_deadline(_NEVER_US))
             self._earliest_due_us, self._due_exact = bound, True
         return bound
 
@@ -132,15 +120,18 @@ class LeaseState:
         """The bound ``earliest_due_us`` holds now, if it was computed or inherited."""
         return self._earliest_due_us
 
-    def inherit_due(self, bound: int | None, changed: Iterable[Row | None] = ()) -> None:
-        """Take ``bound`` (a parent state's ``due_bound``) lowered by ``changed`` rows as
-        this state's lower bound; None leaves it to be computed."""
+    def inherit_due(
+        self, bound: int | None, changed: Iterable[Row | None] = (), blocks: Iterable[Block] = ()
+    ) -> None:
+        """Take ``bound`` (a parent state's ``due_bound``) lowered by ``changed`` rows
+        and new ``blocks`` as this state's lower bound; None leaves it to be computed."""
         if bound is None:
             return
         lowest = min(
             (r.deadline_us for r in changed if r is not None and r.state != HELD),
             default=_NEVER_US,
         )
+        lowest = min(lowest, min((b.deadline_us for b in blocks), default=_NEVER_US))
         self._earliest_due_us, self._due_exact = min(bound, lowest), False
 
 

@@ -8,21 +8,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from itertools import repeat
 from typing import NamedTuple
 
 from lakepubsub import constants
 from lakepubsub._lake import table_schemas
-from lakepubsub.delivery.ackids import INVALID_ACK_ID, AckId, MessageIds
+from lakepubsub.delivery.ackids import INVALID_ACK_ID, AckId
 from lakepubsub.delivery.leases import (
     HELD,
     LEASE_SLACK_US,
     LEASED,
     WAITING,
+    Block,
     Key,
     LeaseState,
     Row,
 )
+from lakepubsub.delivery.plan_rows import PlannedRows
 
 # Builds a named tuple from a tuple of its fields, without argument handling.
 _new = tuple.__new__
@@ -68,30 +69,6 @@ def change_leaves_leases(
     return True
 
 
-def _settle(changed: dict[Key, Row | None], rows: dict[Key, Row], tag: str,
-            ack_ids: Sequence[AckId]) -> None:  # fmt: skip
-    """``Planner.acknowledge`` without exactly-once, where any ack of a message settles
-    it: per id, one lookup in the plan's changes or the state, with no method or
-    property call (every delivered message comes here once). Message ids parsed in
-    bulk (``MessageIds``) go by set operations on their keys, in C."""
-    if isinstance(ack_ids, MessageIds):
-        if ack_ids.tag != tag:
-            return
-        keys = set(zip(repeat(table_schemas.KIND_MESSAGE), ack_ids.offsets))
-        planned = keys & changed.keys()
-        for key in planned:
-            if changed[key] is not None:
-                changed[key] = None
-        changed.update(dict.fromkeys((keys - planned) & rows.keys()))
-        return
-    for ack in ack_ids:
-        if ack[0] != tag:
-            continue
-        key = (ack[1], ack[2])
-        if (changed[key] is not None) if key in changed else (key in rows):
-            changed[key] = None
-
-
 class Claim(NamedTuple):
     """One delivery decided by a plan: a row now leased, and its ack id."""
 
@@ -124,24 +101,17 @@ class Policy:
         return int(min(self.max_backoff_s, max(self.min_backoff_s, delay)) * constants.US_PER_S)
 
 
-class Planner:
-    """Applies requests to a ``LeaseState`` without touching it; yields the changes."""
+class Planner(PlannedRows):
+    """Applies requests to a ``LeaseState`` without touching it; yields the changes
+    (read through ``PlannedRows``)."""
 
     def __init__(self, state: LeaseState, policy: Policy, now_us: int) -> None:
-        self.state = state
+        super().__init__(state)
         self.policy = policy
         self.now_us = now_us
         self.cursor = replace(state.cursor, active_us=now_us)  # a copy: the planner's own
         # Delivery ids from here on are this plan's leases.
         self._first_delivery = self.cursor.next_delivery
-        self.changed: dict[Key, Row | None] = {}  # None: delete
-
-    # -- reading through pending changes ---------------------------------------------
-
-    def row(self, key: Key) -> Row | None:
-        if key in self.changed:
-            return self.changed[key]
-        return self.state.rows.get(key)
 
     def _live(self, row: Row | None, ack: AckId) -> bool:
         return (
@@ -157,7 +127,7 @@ class Planner:
         """Delete the rows the ids name. Returns failures (exactly-once only)."""
         failures: dict[str, str] = {}
         if not self.policy.exactly_once:
-            _settle(self.changed, self.state.rows, self.policy.tag, ack_ids)
+            self.settle(self.policy.tag, ack_ids)
             return failures
         for ack in ack_ids:  # exactly-once: only the live lease's id settles it
             row = self.row(ack.key) if ack.tag == self.policy.tag else None
@@ -237,7 +207,7 @@ class Planner:
     def _drop_below(self, end_offset: int) -> list[int]:
         """Delete every message row below ``end_offset``; their offsets."""
         dropped = []
-        for key in set(self.state.rows).union(self.changed):
+        for key in set(self.keys()):
             row = self.row(key)
             if (
                 row is not None
@@ -249,16 +219,6 @@ class Planner:
         return dropped
 
     # -- claims ----------------------------------------------------------------------------
-
-    def _rows(self) -> dict[Key, Row]:
-        """The rows as they stand with this plan's changes applied."""
-        rows = dict(self.state.rows)
-        for key, new in self.changed.items():
-            if new is None:
-                rows.pop(key, None)
-            else:
-                rows[key] = new
-        return rows
 
     def available(self) -> list[Row]:
         """Rows that may be delivered now: events first, then messages by offset.
@@ -280,9 +240,10 @@ class Planner:
             ]
             due.sort(key=lambda r: (r.kind != table_schemas.KIND_EVENT, r.offset))
             return due
-        ready = []
+        # Blocks hold no ordering key: their rows are due as their leases end.
+        ready = self.block_rows_due(self.policy.backoff_us(1), self.now_us)
         keyed: dict[str, list[Row]] = {}
-        for r in self._rows().values():
+        for r in self.single_rows().values():
             if self.policy.ordering and r.ordering_key and r.kind == table_schemas.KIND_MESSAGE:
                 keyed.setdefault(r.ordering_key, []).append(r)
             elif r.state in (LEASED, WAITING) and self._available_at(r) <= self.now_us:
@@ -307,7 +268,7 @@ class Planner:
         plan leases may go on in the same delivery, in order.)"""
         return {
             r.ordering_key
-            for r in self._rows().values()
+            for r in self.single_rows().values()
             if r.kind == table_schemas.KIND_MESSAGE
             and r.ordering_key
             and not (r.state == LEASED and r.delivery_id >= self._first_delivery)
@@ -327,7 +288,7 @@ class Planner:
 
     def reset(self, frontier: int, rows: list[Row]) -> None:
         """Seek: forget every outstanding message, restart at ``frontier`` with ``rows``."""
-        for key in list(self.state.rows) + list(self.changed):
+        for key in list(self.keys()):
             if key[0] == table_schemas.KIND_MESSAGE:
                 self.drop(key)
         for row in rows:
@@ -338,16 +299,6 @@ class Planner:
         if row.state == LEASED:  # an expired lease counts as a failed attempt
             return row.deadline_us + self.policy.backoff_us(row.attempt)
         return row.deadline_us
-
-    def outstanding(self) -> int:
-        """Messages outstanding (not acknowledged, below the frontier) with this plan's
-        changes applied."""
-        count = self.state.outstanding()
-        rows = self.state.rows
-        for key, new in self.changed.items():
-            if key[0] == table_schemas.KIND_MESSAGE and (new is None) == (key in rows):
-                count += -1 if new is None else 1
-        return count
 
     def lease(self, row: Row) -> Claim:
         """Hand ``row`` out now: a new delivery id, one more attempt, a fresh deadline."""
@@ -371,13 +322,21 @@ class Planner:
         return _new(Claim, (leased, _new(AckId, (self.policy.tag, kind, offset, delivery))))
 
     def lease_new(self, offsets: list[int], ordering_keys: list[str | None]) -> list[str]:
-        """``lease`` for messages past the frontier (no row yet), in bulk: the rows
-        ``lease`` would make, and their ack ids (as text: the delivery's answer) built
-        in one pass each, without a ``Claim`` or ``AckId`` per message."""
+        """``lease`` for messages past the frontier (no row yet; ``offsets``
+        ascending), in bulk: their ack ids (as text: the delivery's answer), without
+        a ``Claim`` or ``AckId`` per message. Without ordering keys the leases are
+        one ``Block``; otherwise the rows ``lease`` would make."""
         first = self.cursor.next_delivery
         self.cursor.next_delivery = first + len(offsets)
-        leased = zip(offsets, range(first, first + len(offsets)), strict=True)
         kind, deadline_us = table_schemas.KIND_MESSAGE, self.now_us + self.policy.lease_us
+        if not offsets:
+            return []
+        if ordering_keys.count(None) == len(offsets):
+            self.new_blocks.append(Block(offsets, first, deadline_us))
+            tag = self.policy.tag
+            deliveries = range(first, first + len(offsets))
+            return [f"{tag}-m{o}-{d}" for o, d in zip(offsets, deliveries, strict=True)]
+        leased = zip(offsets, range(first, first + len(offsets)), strict=True)
         rows = [
             _new(Row, (kind, o, d, 1, LEASED, deadline_us, k, None))
             for (o, d), k in zip(leased, ordering_keys, strict=True)
@@ -388,8 +347,8 @@ class Planner:
     def set_lease_deadline(self, key: Key, deadline_s: int, slack_us: int = 0) -> None:
         """Give a row leased by this plan a deadline of its own (``deadline_s`` from now,
         plus ``slack_us``)."""
-        row = self.changed.get(key)
-        if row is not None and row.state == LEASED:
+        row = self.row(key)
+        if row is not None and row.state == LEASED and row.delivery_id >= self._first_delivery:
             self.changed[key] = row._replace(
                 deadline_us=self.now_us + deadline_s * constants.US_PER_S + slack_us
             )
@@ -407,7 +366,7 @@ class Planner:
     @property
     def dirty(self) -> bool:
         """Whether there is anything to commit (activity time alone is not worth one)."""
-        return bool(self.changed) or self.cursor_changed
+        return bool(self.changed or self.new_blocks or self.removed) or self.cursor_changed
 
     @property
     def cursor_changed(self) -> bool:
@@ -420,6 +379,12 @@ class Planner:
         return before != self.cursor or stale
 
     def result_state(self, version: int) -> LeaseState:
-        state = LeaseState(version, self.cursor, self._rows())
-        state.inherit_due(self.state.due_bound(), self.changed.values())
-        return state
+        """The state this plan makes, at ``version``."""
+        return self.result_and_blocks(version)[0]
+
+    def result_and_blocks(self, version: int) -> tuple[LeaseState, set[int]]:
+        """``result_state``, and the ids of the blocks the plan made or changed."""
+        rows, blocks = self.result_rows()
+        state = LeaseState(version, self.cursor, rows)
+        state.inherit_due(self.state.due_bound(), self.changed.values(), self.new_blocks)
+        return state, blocks
