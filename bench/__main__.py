@@ -31,7 +31,8 @@ CASES = {
     "consume": ("bench.consume_bench", "Spark reading subscriptions: consume.md"),
     "spark": ("bench.spark_scan", "Spark SQL over history: spark_scan.md"),
     "filters": ("bench.filters_bench", "filter evaluation"),
-    "ab": ("bench.ab", "gRPC drain and latency, two revisions in turn: ab-*.md"),
+    "ab": ("bench.ab", "gRPC drain, publish and latency, two revisions in turn: ab-*.md"),
+    "leases": ("bench.leases_bench", "a drain's lease bookkeeping, no door: leases.md"),
 }
 # ``make bench-quick``: every case's CI form, reports in bench/results/tmp (not committed).
 TMP = "bench/results/tmp"

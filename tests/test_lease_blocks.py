@@ -28,7 +28,7 @@ from lakepubsub.delivery.leases import (
     Row,
     initial_rows,
 )
-from lakepubsub.delivery.planner import Planner, Policy
+from lakepubsub.delivery.planner import BLOCK_FROM, Planner, Policy
 
 NOW_US = 1_700_000_000_000_000
 MESSAGE = table_schemas.KIND_MESSAGE
@@ -49,15 +49,16 @@ def stored(lake: Lake, spec: LakeSpec, uid: str) -> LeaseState:
 def test_a_block_reads_as_the_rows_it_holds() -> None:
     state = LeaseState(0, Cursor(0, 1, 0, NOW_US))
     planner = Planner(state, Policy(tag="aaaaaaaa", ack_deadline_s=10), NOW_US)
-    ids = planner.lease_new([5, 6, 9], [None, None, None])  # a filter skipped 7 and 8
-    assert ids == ["aaaaaaaa-m5-1", "aaaaaaaa-m6-2", "aaaaaaaa-m9-3"]
+    offsets = [5, 6, 9, *range(12, 12 + BLOCK_FROM)]  # a filter skipped 7, 8, 10 and 11
+    ids = planner.lease_new(offsets, [None] * len(offsets))
+    assert ids[:3] == ["aaaaaaaa-m5-1", "aaaaaaaa-m6-2", "aaaaaaaa-m9-3"]
     assert not planner.changed and len(planner.new_blocks) == 1
     rows = planner.result_state(1).rows
-    assert isinstance(rows, LeaseRows) and len(rows) == 3
+    assert isinstance(rows, LeaseRows) and len(rows) == len(offsets)
     deadline = NOW_US + 10 * US_PER_S
     assert rows[(MESSAGE, 9)] == Row(MESSAGE, 9, 3, 1, LEASED, deadline)
     assert (MESSAGE, 7) not in rows and rows.get((MESSAGE, 7)) is None
-    assert dict(rows) == {(MESSAGE, o): planner.row((MESSAGE, o)) for o in (5, 6, 9)}
+    assert dict(rows) == {(MESSAGE, o): planner.row((MESSAGE, o)) for o in offsets}
     with pytest.raises(KeyError):
         rows[(MESSAGE, 8)]
     # a deadline change takes its row out of the block: a single row from then on
@@ -65,15 +66,23 @@ def test_a_block_reads_as_the_rows_it_holds() -> None:
     later.modify_deadline([AckId.parse(ids[1])], 30)
     changed = later.result_state(2).rows
     assert changed[(MESSAGE, 6)].deadline_us == NOW_US + 30 * US_PER_S
-    assert (MESSAGE, 6) in changed.single and changed.block_count() == 2
+    assert (MESSAGE, 6) in changed.single and changed.block_count() == len(offsets) - 1
     # an ack in bulk takes offsets out of the block; the state planned on is unchanged
     acked = Planner(LeaseState(2, later.cursor, changed), planner.policy, NOW_US)
     _, parsed, _ = split_malformed(ids)
     assert isinstance(parsed, MessageIds)
     acked.acknowledge(parsed)
-    assert acked.removed == {5, 9} and acked.changed == {(MESSAGE, 6): None}
-    assert len(acked.result_state(3).rows) == 0 and len(changed) == 3
-    assert acked.outstanding() == 0 and later.outstanding() == 3
+    assert acked.removed == set(offsets) - {6} and acked.changed == {(MESSAGE, 6): None}
+    assert len(acked.result_state(3).rows) == 0 and len(changed) == len(offsets)
+    assert acked.outstanding() == 0 and later.outstanding() == len(offsets)
+
+
+def test_a_few_new_leases_are_single_rows() -> None:
+    planner = Planner(LeaseState(0, Cursor(0, 1, 0, NOW_US)), Policy("aaaaaaaa", 10), NOW_US)
+    planner.lease_new(list(range(BLOCK_FROM - 1)), [None] * (BLOCK_FROM - 1))
+    assert not planner.new_blocks and len(planner.changed) == BLOCK_FROM - 1
+    planner.lease_new(list(range(100, 100 + BLOCK_FROM)), [None] * BLOCK_FROM)
+    assert len(planner.new_blocks) == 1
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

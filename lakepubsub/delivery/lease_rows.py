@@ -143,7 +143,14 @@ class LeaseRows(MutableMapping[Key, Row]):
         return self._blocks[1]
 
     def add_blocks(self, blocks: Iterable[Block]) -> None:
-        merged = sorted([*self._blocks[1], *blocks], key=lambda b: b.lo)
+        los, kept = self._blocks
+        new = list(blocks)
+        if not new:
+            return
+        if los and any(b.lo < los[-1] for b in new):
+            merged = sorted([*kept, *new], key=lambda b: b.lo)
+        else:  # past the frontier: after every block held (the common case)
+            merged = [*kept, *sorted(new, key=lambda b: b.lo)]
         self._blocks = ([b.lo for b in merged], merged)
 
     def prune(self) -> None:
@@ -162,25 +169,31 @@ class LeaseRows(MutableMapping[Key, Row]):
                 return block
         return None
 
+    def _spanning(self, offsets: set[int]) -> list[Block]:
+        """The blocks whose offset ranges meet ``offsets``' range. Blocks' ranges do
+        not overlap: each leases offsets read past the frontier, which then moves
+        past them (a seek, which moves it back, first empties every block)."""
+        if not offsets or not self._blocks[1]:
+            return []
+        los, blocks = self._blocks
+        low, high = min(offsets), max(offsets)
+        first = max(bisect_right(los, low) - 1, 0)
+        return [b for b in blocks[first : bisect_right(los, high)] if low < b.hi]
+
     def discard_offsets(self, offsets: set[int]) -> set[int]:
         """Take message ``offsets`` out of the blocks; the ids of the blocks changed."""
         changed = set()
-        if offsets:
-            low, high = min(offsets), max(offsets)
-            for block in self._blocks[1]:
-                if block.lo <= high and low < block.hi and not block.live.isdisjoint(offsets):
-                    block.live -= offsets
-                    changed.add(block.id)
+        for block in self._spanning(offsets):
+            if not block.live.isdisjoint(offsets):
+                block.live -= offsets
+                changed.add(block.id)
         return changed
 
     def block_offsets(self, offsets: set[int]) -> set[int]:
         """Which of message ``offsets`` are outstanding in a block."""
         found: set[int] = set()
-        if offsets:
-            low, high = min(offsets), max(offsets)
-            for block in self._blocks[1]:
-                if block.lo <= high and low < block.hi:
-                    found |= block.live & offsets
+        for block in self._spanning(offsets):
+            found |= block.live & offsets
         return found
 
     def apply(self, changed: dict[Key, Row | None]) -> set[int]:

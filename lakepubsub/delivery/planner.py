@@ -27,6 +27,10 @@ from lakepubsub.delivery.plan_rows import PlannedRows
 
 # Builds a named tuple from a tuple of its fields, without argument handling.
 _new = tuple.__new__
+# New leases from this many on are one ``Block``; fewer are single rows. A pull of one
+# message (a latency-bound subscriber) would otherwise make a block per message, and
+# every ack would look through thousands of them.
+BLOCK_FROM = 16
 
 
 def lease_holds(lease_end_us: int, asked_end_us: int) -> bool:
@@ -324,14 +328,15 @@ class Planner(PlannedRows):
     def lease_new(self, offsets: list[int], ordering_keys: list[str | None]) -> list[str]:
         """``lease`` for messages past the frontier (no row yet; ``offsets``
         ascending), in bulk: their ack ids (as text: the delivery's answer), without
-        a ``Claim`` or ``AckId`` per message. Without ordering keys the leases are
-        one ``Block``; otherwise the rows ``lease`` would make."""
+        a ``Claim`` or ``AckId`` per message. Without ordering keys, from
+        ``BLOCK_FROM`` on, the leases are one ``Block``; otherwise the rows ``lease``
+        would make."""
         first = self.cursor.next_delivery
         self.cursor.next_delivery = first + len(offsets)
         kind, deadline_us = table_schemas.KIND_MESSAGE, self.now_us + self.policy.lease_us
         if not offsets:
             return []
-        if ordering_keys.count(None) == len(offsets):
+        if len(offsets) >= BLOCK_FROM and ordering_keys.count(None) == len(offsets):
             self.new_blocks.append(Block(offsets, first, deadline_us))
             tag = self.policy.tag
             deliveries = range(first, first + len(offsets))
