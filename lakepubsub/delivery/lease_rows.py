@@ -169,32 +169,38 @@ class LeaseRows(MutableMapping[Key, Row]):
                 return block
         return None
 
-    def _spanning(self, offsets: set[int]) -> list[Block]:
-        """The blocks whose offset ranges meet ``offsets``' range. Blocks' ranges do
-        not overlap: each leases offsets read past the frontier, which then moves
-        past them (a seek, which moves it back, first empties every block)."""
-        if not offsets or not self._blocks[1]:
-            return []
+    def block_hits(self, ordered: list[int]) -> dict[int, set[int]]:
+        """Of message offsets ``ordered`` (ascending), the ones outstanding in each
+        block, by block id. Blocks' ranges do not overlap (each leases offsets read
+        past the frontier, which then moves past them; a seek, which moves it back,
+        first empties every block), so each offset is looked up in one block only."""
         los, blocks = self._blocks
-        low, high = min(offsets), max(offsets)
-        first = max(bisect_right(los, low) - 1, 0)
-        return [b for b in blocks[first : bisect_right(los, high)] if low < b.hi]
-
-    def discard_offsets(self, offsets: set[int]) -> set[int]:
-        """Take message ``offsets`` out of the blocks; the ids of the blocks changed."""
-        changed = set()
-        for block in self._spanning(offsets):
-            if not block.live.isdisjoint(offsets):
-                block.live -= offsets
-                changed.add(block.id)
-        return changed
-
-    def block_offsets(self, offsets: set[int]) -> set[int]:
-        """Which of message ``offsets`` are outstanding in a block."""
-        found: set[int] = set()
-        for block in self._spanning(offsets):
-            found |= block.live & offsets
+        if not ordered or not blocks:
+            return {}
+        found: dict[int, set[int]] = {}
+        at, end = 0, len(ordered)
+        for block in blocks[max(bisect_right(los, ordered[0]) - 1, 0) :]:
+            if block.lo > ordered[-1]:
+                break
+            first = bisect_left(ordered, block.lo, at, end)
+            at = bisect_left(ordered, block.hi, first, end)
+            if at > first:
+                hit = block.live.intersection(ordered[first:at])
+                if hit:
+                    found[block.id] = hit
         return found
+
+    def discard_hits(self, hits: dict[int, set[int]]) -> set[int]:
+        """Take ``block_hits``' offsets out of their blocks; the ids of the blocks
+        changed."""
+        changed = set()
+        if hits:
+            for block in self._blocks[1]:
+                gone = hits.get(block.id)
+                if gone is not None and not block.live.isdisjoint(gone):
+                    block.live -= gone
+                    changed.add(block.id)
+        return changed
 
     def apply(self, changed: dict[Key, Row | None]) -> set[int]:
         """Apply a plan's single-row changes (None: delete); the ids of the blocks

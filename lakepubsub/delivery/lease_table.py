@@ -134,7 +134,7 @@ class LeaseTable:
         rows = parent.rows
         blocks = planner.new_blocks
         rows.add_blocks(blocks)
-        touched = rows.discard_offsets(planner.removed) | rows.apply(changed)
+        touched = rows.discard_hits(planner.removed_from) | rows.apply(changed)
         rows.prune()
         self._pending_blocks |= touched | {b.id for b in blocks}
         self._pending_block_rows += len(planner.removed) + sum(len(b.offsets) for b in blocks)

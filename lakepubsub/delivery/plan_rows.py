@@ -3,8 +3,8 @@ with the plan's changes, which leave the state as it is (``Planner`` builds on t
 
 A plan changes rows three ways: single rows set or deleted (``changed``), new
 blocks of leases (``new_blocks``, ``lakepubsub/delivery/lease_rows.py``), and
-message offsets an ack took out of blocks in bulk (``removed``). A key is in at
-most one of ``changed`` and ``removed``.
+message offsets an ack took out of blocks in bulk (``removed``, and by block in
+``removed_from``). A key is in at most one of ``changed`` and ``removed``.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ class PlannedRows:
         self.changed: dict[Key, Row | None] = {}  # None: delete
         self.new_blocks: list[Block] = []
         self.removed: set[int] = set()  # message offsets acknowledged out of blocks
+        self.removed_from: dict[int, set[int]] = {}  # the same, by block id
 
     def row(self, key: Key) -> Row | None:
         if key in self.changed:
@@ -54,7 +55,7 @@ class PlannedRows:
         blocks the plan made or changed."""
         rows = self.state.rows.copy()
         rows.add_blocks(b.copy() for b in self.new_blocks)
-        touched = rows.discard_offsets(self.removed) | rows.apply(self.changed)
+        touched = rows.discard_hits(self.removed_from) | rows.apply(self.changed)
         rows.prune()
         return rows, touched | {b.id for b in self.new_blocks}
 
@@ -102,17 +103,21 @@ class PlannedRows:
         if isinstance(ack_ids, MessageIds):
             if ack_ids.tag != tag:
                 return
-            offsets = set(ack_ids.offsets)
-            hit = self.state.rows.block_offsets(offsets)
+            ordered = sorted(ack_ids.offsets)
+            hits = self.state.rows.block_hits(ordered)
             for block in self.new_blocks:
-                hit |= block.live & offsets
+                if new := block.live.intersection(ordered):
+                    hits[block.id] = new
+            for block_id, hit in hits.items():
+                self.removed_from.setdefault(block_id, set()).update(hit)
+            hit = set().union(*hits.values())
             if changed:  # a block's row this plan changed on its own is a single row
                 moved = {k[1] for k in changed if k[0] == MESSAGE} & hit
                 for offset in moved:
                     changed[(MESSAGE, offset)] = None
                 hit -= moved
             self.removed |= hit
-            offsets -= hit
+            offsets = set(ordered) - hit
             offsets -= self.removed
             if not offsets:
                 return
