@@ -171,3 +171,20 @@ def test_files_too_big_to_keep_decoded_are_not_read_ahead(lake: LakeSpec, monkey
     started = _read_aheads()
     reader.read_range(0, 100)
     assert _read_aheads() == started
+
+
+def test_a_range_is_cut_from_files_in_or_out_of_offset_order(tmp_path: Path) -> None:
+    lake = Lake(Settings(lake=str(tmp_path)))
+    MessagesTable.create(lake, "t")
+    writer = MessagesTable(lake, "t")
+    writer.append(_batch(0, 100), app_id="test", txn_version=0)
+    # Another writer may leave a file's rows out of offset order: it is filtered, not cut.
+    backwards = _batch(100, 100)
+    writer.append(backwards.take(list(range(99, -1, -1))), app_id="test", txn_version=1)
+    writer.append(_batch(200, 100), app_id="test", txn_version=2)
+    reader = MessagesTable(lake, "t")
+    reader.refresh()
+    for lo, hi in ((10, 20), (90, 110), (150, 151), (180, 250), (0, 300), (299, 400)):
+        rows = reader.read_range(lo, hi)
+        assert rows["offset"].to_pylist() == list(range(lo, min(hi, 300))), (lo, hi)
+        assert rows["data"].to_pylist() == [b"m%d" % o for o in range(lo, min(hi, 300))]

@@ -16,6 +16,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -208,8 +209,7 @@ class MessagesTable:
                 if rows is None:
                     rows = _decode(self._log, self.uri, path, lo, hi)
                 if lo is not None and hi is not None and not self._within(path, lo, hi):
-                    offsets = rows["offset"]
-                    rows = rows.filter(pc.and_(pc.greater_equal(offsets, lo), pc.less(offsets, hi)))
+                    rows = _in_range(rows, lo, hi)
                 if mask is not None:
                     rows = rows.filter(mask(rows))
                 parts.append(rows)
@@ -432,12 +432,34 @@ def _entry(f: DataFile) -> tuple[int, int, int, str]:
     return (f.mins["offset"], f.maxs["offset"], f.maxs.get("publish_time", 2**62), f.path)
 
 
+def _ascending(table: pa.Table) -> np.ndarray | None:
+    """The offsets of ``table`` as a numpy view when they are strictly ascending (as
+    a file's rows are written); None otherwise. numpy, not Arrow compute: each
+    compute call costs tens of µs here, more than a drain's read of a run."""
+    column = table["offset"]
+    if column.num_chunks != 1 or column.null_count:
+        return None
+    offsets = column.chunk(0).to_numpy(zero_copy_only=True)
+    return offsets if bool(np.all(offsets[1:] > offsets[:-1])) else None
+
+
+def _in_range(rows: pa.Table, lo: int, hi: int) -> pa.Table:
+    """The rows of one file with ``lo <= offset < hi``: a slice (no copy) when its
+    offsets ascend, else a filter."""
+    offsets = _ascending(rows)
+    if offsets is not None:
+        start, end = np.searchsorted(offsets, (lo, hi))
+        return rows.slice(int(start), int(end - start))
+    column = rows["offset"]
+    return rows.filter(pc.and_(pc.greater_equal(column, lo), pc.less(column, hi)))
+
+
 def _by_offset(table: pa.Table) -> pa.Table:
     """``table`` sorted by offset. Files are read in offset order, so it nearly
     always is already: checking costs 8 bytes a row, sorting copies every row's data."""
     if table.num_rows > 1:
-        offsets = table["offset"].combine_chunks()
-        if not pc.all(pc.less(offsets[:-1], offsets[1:])).as_py():
+        offsets = table["offset"].combine_chunks().to_numpy()
+        if not bool(np.all(offsets[1:] > offsets[:-1])):
             return table.sort_by("offset")
     return table
 
