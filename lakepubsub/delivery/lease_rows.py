@@ -128,8 +128,9 @@ class LeaseRows(MutableMapping[Key, Row]):
     """Outstanding rows by key: single rows (a dict) and blocks (``Block``), disjoint.
 
     Reads are safe from another thread while the dispatcher changes the rows in
-    place (``LeaseTable.defer``): the blocks and their starts are replaced together,
-    as one tuple, never changed in place."""
+    place (``LeaseTable.defer``): the list of blocks and their starts is replaced
+    whole, as one tuple, and a block's outstanding set changes by single set
+    operations, each atomic under the interpreter lock."""
 
     def __init__(self, rows: dict[Key, Row] | None = None, blocks: Iterable[Block] = ()) -> None:
         self.single: dict[Key, Row] = {} if rows is None else rows

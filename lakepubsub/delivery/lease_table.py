@@ -55,7 +55,6 @@ class LeaseTable:
         self._keys_in: dict[str, set[Key]] = {}
         self._block_file: dict[int, str] = {}
         self._blocks_in: dict[str, set[int]] = {}
-        self._rows_in: dict[str, int] = {}  # rows a file holds
         # Deferred changes: single rows changed since the stored version (None:
         # deleted), blocks made or changed, how many rows those changes touched,
         # whether the cursor changed, and since when (time.monotonic()).
@@ -89,19 +88,17 @@ class LeaseTable:
     def _read(self) -> None:
         file_of: dict[Key, str] = {}
         keys_in: dict[str, set[Key]] = {}
-        rows_in: dict[str, int] = {}
         parts = []
         with storage_errors(self.uri):
             for path in self._log.files:
                 rows = pq.read_table(self._log.open_file(path))
                 keys = set(zip(rows["kind"].to_pylist(), rows["offset"].to_pylist(), strict=True))
                 keys_in[path] = keys
-                rows_in[path] = len(keys)
                 file_of.update((key, path) for key in keys)
                 parts.append(rows.select(table_schemas.LEASES.names).cast(table_schemas.LEASES))
         table = pa.concat_tables(parts) if parts else table_schemas.empty_leases()
         self._state = LeaseState.from_arrow(table, self._log.version)
-        self._file_of, self._keys_in, self._rows_in = file_of, keys_in, rows_in
+        self._file_of, self._keys_in = file_of, keys_in
         self._block_file, self._blocks_in = {}, {}
         self._stored_cursor = self._state.cursor
         self._drop_pending()
@@ -165,7 +162,7 @@ class LeaseTable:
         if len(log.files) - len(touched) + 2 > MAX_FILES:
             smallest = sorted(
                 (p for p in log.files if p not in touched),
-                key=lambda p: self._rows_in.get(p, 0),
+                key=lambda p: log.files[p].rows,  # its add action's numRecords
             )
             touched |= set(smallest[: len(log.files) - len(touched) + 2 - MAX_FILES // 2])
         if (
@@ -224,7 +221,6 @@ class LeaseTable:
         for path in removed:
             # Keys and blocks rewritten into the new file are repointed below; only the
             # rest go.
-            self._rows_in.pop(path, None)
             for key in self._keys_in.pop(path, set()) - written:
                 if self._file_of.get(key) == path:
                     del self._file_of[key]
@@ -235,14 +231,12 @@ class LeaseTable:
             cursor_path = cursor_add["add"]["path"]
             self._keys_in[cursor_path] = {CURSOR_KEY}
             self._file_of[CURSOR_KEY] = cursor_path
-            self._rows_in[cursor_path] = 1
         if rows_add is not None:
             path = rows_add["add"]["path"]
             self._keys_in[path] = written
             self._file_of.update(dict.fromkeys(keys, path))
             self._blocks_in[path] = block_ids
             self._block_file.update(dict.fromkeys(block_ids, path))
-            self._rows_in[path] = len(keys) + sum(len(b.live) for b in blocks)
 
 
 def _rows_table(rows: list[Row], blocks: list[Block]) -> pa.Table:

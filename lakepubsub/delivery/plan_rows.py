@@ -128,8 +128,6 @@ class PlannedRows:
                     changed[key] = None
             changed.update(dict.fromkeys((keys - planned) & self.state.rows.single.keys()))
             return
-        rows = self.state.rows
-        removed = self.removed
         for ack in ack_ids:
             if ack[0] != tag:
                 continue
@@ -137,7 +135,5 @@ class PlannedRows:
             if key in changed:
                 if changed[key] is not None:
                     changed[key] = None
-            elif ack[1] == MESSAGE and ack[2] in removed:
-                continue
-            elif self.row(key) is not None or key in rows:
+            elif self.row(key) is not None:  # in the state, or a block of this plan's
                 changed[key] = None
