@@ -11,6 +11,7 @@ serves. Calls authenticate and authorize exactly as REST requests do (the same
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import inspect
@@ -31,7 +32,7 @@ from api import auth
 from api.errors import invalid_request, rpc_status
 from api.grpc.streams import Streams
 from api.grpc.wire import serialized
-from lakepubsub import constants, errors
+from lakepubsub import aio_loop, constants, errors
 from lakepubsub.resources.iam import Principal
 from lakepubsub.resources.names import validate_project
 from lakepubsub.settings.doors import GrpcListen
@@ -121,7 +122,7 @@ class GrpcDoor:
         self._stop: asyncio.Event | None = None
         self._ready = threading.Event()
         self._failure: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="grpc-door", daemon=True)
+        self._serving: concurrent.futures.Future[None] | None = None
         self.streams = Streams()
 
     @property
@@ -129,10 +130,11 @@ class GrpcDoor:
         return ("127.0.0.1", self.port)
 
     def start(self) -> None:
-        self._thread.start()
-        if not self._ready.wait(START_TIMEOUT_S):
-            raise RuntimeError("the gRPC server did not start")
-        if self._failure is not None:
+        # On the process's grpc.aio loop, with the peer server (lakepubsub/aio_loop.py).
+        loop = aio_loop.GRPC.acquire()
+        self._serving = asyncio.run_coroutine_threadsafe(self._run(), loop)
+        if not self._ready.wait(START_TIMEOUT_S) or self._failure is not None:
+            self.stop()
             raise RuntimeError("the gRPC server did not start") from self._failure
 
     def drain(self) -> None:
@@ -144,8 +146,10 @@ class GrpcDoor:
 
     def stop(self) -> None:
         self.drain()
-        if self._thread.is_alive():
-            self._thread.join(STOP_GRACE_S + 5)
+        serving, self._serving = self._serving, None
+        if serving is not None:  # a second stop does nothing
+            concurrent.futures.wait([serving], STOP_GRACE_S + 5)
+            aio_loop.GRPC.release()
 
     def client_address(self, peer: str) -> tuple[str, int] | None:
         """The real client of a call: forwarded connections are looked up by port."""
@@ -173,11 +177,11 @@ class GrpcDoor:
             server.add_insecure_port(where.address)
         log.info("gRPC also at %s", where.address)
 
-    # -- the server thread ------------------------------------------------------------------
+    # -- the server ---------------------------------------------------------------------------
 
-    def _run(self) -> None:
+    async def _run(self) -> None:
         try:
-            asyncio.run(self._main())
+            await self._main()
         except BaseException as exc:  # reported to start(), or logged once running
             self._failure = exc
             log.exception("gRPC server failed")

@@ -39,7 +39,7 @@ import grpc
 import orjson
 import pyarrow as pa
 
-from lakepubsub import metrics
+from lakepubsub import aio_loop, metrics
 from lakepubsub.messages import Pull, ReceivedMessage
 from lakepubsub.peering import codec, ownership, transport
 from lakepubsub.peering.membership import MEMBERS, Member, Membership
@@ -79,7 +79,6 @@ class Peering:
         self._heartbeat: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: grpc.aio.Server | None = None
-        self._thread: threading.Thread | None = None
 
     @classmethod
     def from_env(cls, engine: Owner, environ: dict[str, str] | None = None) -> Peering | None:
@@ -115,27 +114,14 @@ class Peering:
     # -- life cycle ------------------------------------------------------------------
 
     def start(self) -> None:
-        ready = threading.Event()
-        failure: list[BaseException] = []
-
-        def serve() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = self._client.loop = loop
-            try:
-                loop.run_until_complete(self._start_server())
-            except BaseException as exc:  # reported to start()
-                failure.append(exc)
-                ready.set()
-                return
-            ready.set()
-            loop.run_forever()
-            loop.close()
-
-        self._thread = threading.Thread(target=serve, name="peer-server", daemon=True)
-        self._thread.start()
-        ready.wait()
-        if failure:
-            raise failure[0]
+        # The process's grpc.aio loop, shared with the gRPC door (lakepubsub/aio_loop.py).
+        loop = aio_loop.GRPC.acquire()
+        try:
+            asyncio.run_coroutine_threadsafe(self._start_server(), loop).result()
+        except BaseException:
+            aio_loop.GRPC.release()
+            raise
+        self._loop = self._client.loop = loop
         try:
             self.membership.beat()
             self._announce()
@@ -163,18 +149,16 @@ class Peering:
         self._stop.set()
         if self._heartbeat is not None:
             self._heartbeat.join()
-        loop, server, thread = self._loop, self._server, self._thread
-        if self.me is not None and thread is not None:
+        loop, server = self._loop, self._server
+        if self.me is not None and loop is not None:
             self._tell_all("Bye", self.me.key.encode(), wait=True, quiet=True)
         # A second stop does nothing.
-        self._loop = self._client.loop = self._server = self._thread = None
-        if thread is not None:
+        self._loop = self._client.loop = self._server = None
+        if loop is not None:
             self.membership.leave()
-        if loop is not None and server is not None:
-            asyncio.run_coroutine_threadsafe(self._shut(server), loop).result()
-            loop.call_soon_threadsafe(loop.stop)
-        if thread is not None:
-            thread.join()
+            if server is not None:
+                asyncio.run_coroutine_threadsafe(self._shut(server), loop).result()
+            aio_loop.GRPC.release()
 
     async def _shut(self, server: grpc.aio.Server) -> None:
         await server.stop(5.0)
