@@ -68,10 +68,8 @@ SERVER_OPTIONS = [
 M = TypeVar("M", bound=Message)
 T = TypeVar("T", bound=BaseModel)
 Handler = Callable[[Any, Any, "Call"], Awaitable[Message | bytes]]
-# Method handlers by service, to register with the server besides the generic ones.
-Registered = dict[str, dict[str, "grpc.RpcMethodHandler[Any, Any]"]]
 # Builds the server's method handlers for a door (``api.grpc.services.handlers``).
-HandlerFactory = Callable[["GrpcDoor"], tuple[list[grpc.GenericRpcHandler], Registered]]
+HandlerFactory = Callable[["GrpcDoor"], list[grpc.GenericRpcHandler]]
 
 
 def project_of(path: str) -> str:
@@ -201,10 +199,7 @@ class GrpcDoor:
             maximum_concurrent_rpcs=constants.MAX_CONCURRENT_RPCS,
             interceptors=[AccessLog(self)] if logged else [],
         )
-        generic, registered = self._handlers(self)
-        server.add_generic_rpc_handlers(generic)
-        for service, methods in registered.items():
-            server.add_registered_method_handlers(service, methods)
+        server.add_generic_rpc_handlers(self._handlers(self))
         self.port = server.add_insecure_port("127.0.0.1:0")
         self.listen(server, GrpcListen.from_env())
         await server.start()

@@ -22,7 +22,7 @@ from api import answers, auth, convert
 from api.grpc import encode_columns
 from api.grpc.admin import PUBLISHER_ADMIN, SUBSCRIBER_ADMIN
 from api.grpc.admin import methods as admin_methods
-from api.grpc.door import Call, GrpcDoor, Handler, Registered, as_dict, unary, validated
+from api.grpc.door import Call, GrpcDoor, Handler, as_dict, unary, validated
 from api.grpc.schema_service import METHODS as SCHEMA_METHODS
 from api.grpc.streaming import streaming_pull_handler
 from api.grpc.wire import pb, subscription_name, topic_name
@@ -193,22 +193,9 @@ _METHODS: dict[str, dict[str, tuple[type[Message], Handler]]] = {
 }
 
 
-# The methods a busy client calls many times a second. grpc.aio (1.85) takes in one
-# call at a time for all the methods it finds through generic handlers, and one at a
-# time for each registered method besides (``grpc.aio.Server.add_registered_method_handlers``),
-# several event-loop turns a call: registered, a publisher's calls no longer queue
-# behind its subscriber's acks and deadline changes, nor those behind them.
-HOT_METHODS = {
-    PUBLISHER: ("Publish",),
-    SUBSCRIBER: ("Acknowledge", "ModifyAckDeadline", "StreamingPull", "Pull"),
-}
-
-
-def handlers(door: GrpcDoor) -> tuple[list[grpc.GenericRpcHandler], Registered]:
-    """Every service's method handlers (an unknown method answers UNIMPLEMENTED), and
-    the hot methods' handlers again by service, to register."""
+def handlers(door: GrpcDoor) -> list[grpc.GenericRpcHandler]:
+    """Every service's method handlers; an unknown method answers UNIMPLEMENTED."""
     out: list[grpc.GenericRpcHandler] = []
-    registered: Registered = {}
     for service, methods in {**_METHODS, **SCHEMA_METHODS}.items():
         table: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
             method: unary(door, f"{service}/{method}", request_type, handler)
@@ -217,7 +204,4 @@ def handlers(door: GrpcDoor) -> tuple[list[grpc.GenericRpcHandler], Registered]:
         if service == SUBSCRIBER:
             table["StreamingPull"] = streaming_pull_handler(door)
         out.append(grpc.method_handlers_generic_handler(service, table))
-        hot = {method: table[method] for method in HOT_METHODS.get(service, ())}
-        if hot:
-            registered[service] = hot
-    return out, registered
+    return out
