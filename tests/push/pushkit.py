@@ -130,13 +130,18 @@ class Endpoint:
             reply = self.behaviour(delivery)
             if reply.delay_s:
                 time.sleep(reply.delay_s)
+            # Answered as the first byte of the reply leaves, not after the write:
+            # the pusher may read the reply and send its next request before this
+            # thread runs again, and that request must not look concurrent.
             if reply.raw is not None:
+                self._answered(delivery)
                 handler.wfile.write(reply.raw)
                 handler.wfile.flush()
                 time.sleep(0.5)
                 handler.close_connection = True
                 delivery.status = int(reply.raw.split(b" ")[1])
                 return
+            self._answered(delivery)
             handler.send_response(reply.status)
             handler.send_header("content-length", str(len(reply.body)))
             handler.end_headers()
@@ -146,7 +151,11 @@ class Endpoint:
         except OSError:
             pass  # the dispatcher hung up (timeout, bounded read)
         finally:
-            with self._lock:
+            self._answered(delivery)
+
+    def _answered(self, delivery: Delivery) -> None:
+        with self._lock:
+            if delivery.finished == float("inf"):
                 self._in_flight -= 1
                 delivery.finished = time.monotonic()
 
