@@ -210,3 +210,66 @@ def test_a_replay_whose_commits_were_cleaned_up_starts_again(tmp_path: Path) -> 
         assert (Path(partitioned) / "_delta_log" / "_last_checkpoint").exists()
     finally:
         checkpointer.stop()
+
+
+def test_own_commits_reach_the_kept_replay_between_checkpoints_unread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commits this process makes are applied to the kept replay as they come,
+    from the bytes it wrote, with no checkpoint requested; the next checkpoint then
+    needs none of their files (here deleted) and delta-rs opens the table from it."""
+    fresh = background._Checkpointer()
+    monkeypatch.setattr(background, "_CHECKPOINTS", fresh)
+    lake_, log, uri = build(LakeSpec(str(tmp_path), {}))
+    log._checkpoint_interval = 10**9  # no requests but the test's own
+    try:
+        fresh.request(uri, log.version, None, lake_.objects)
+        fresh.settle()
+        first = log.version
+        for i in range(15, 20):
+            append(log, rows(i * 2, i * 2 + 2), "pub-c", i)
+        deadline = time.monotonic() + 10
+        while not applied(fresh, uri, log.version):
+            assert time.monotonic() < deadline, "own commits were not applied"
+            time.sleep(0.02)
+        assert not fresh._known[uri], "applied, then let go"
+        for version in range(first + 1, log.version + 1):
+            (Path(uri) / "_delta_log" / f"{version:020d}.json").unlink()
+        fresh.request(uri, log.version, None, lake_.objects)
+        fresh.settle()
+    finally:
+        fresh.stop()
+    pointer = (Path(uri) / "_delta_log" / "_last_checkpoint").read_text()
+    assert f'"version":{log.version}' in pointer
+    table = DeltaTable(uri)
+    assert table.version() == log.version
+    assert sorted(table.to_pyarrow_table()["offset"].to_pylist()) == list(range(4, 40))
+    assert set(table.get_add_actions(flatten=True)["path"].to_pylist()) == set(log.files)
+
+
+def applied(checkpointer: background._Checkpointer, uri: str, version: int) -> bool:
+    """Whether the kept replay of ``uri`` reached ``version`` (it is out of the
+    table while the thread applies commits to it)."""
+    with checkpointer._cond:
+        kept = checkpointer._tables.get(uri)
+        return isinstance(kept, checkpoints.Replay) and kept.state.version >= version
+
+
+def test_own_commits_are_kept_within_bounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table never checkpointed keeps at most CHECKPOINT_KNOWN_MAX of its commit
+    files, at most CHECKPOINT_HANDLES tables keep any, and a forgotten table's are
+    dropped."""
+    monkeypatch.setattr(constants, "CHECKPOINT_KNOWN_MAX", 4)
+    monkeypatch.setattr(constants, "CHECKPOINT_HANDLES", 3)
+    fresh = background._Checkpointer()
+    for version in range(10):
+        fresh.committed("mem://a", version, b'{"commitInfo":{}}\n{"txn":{}}\n')
+    assert 0 < len(fresh._known["mem://a"]) <= 4
+    assert fresh._known["mem://a"][9] == b'{"txn":{}}\n', "kept without its commitInfo"
+    for name in "bcd":
+        fresh.committed(f"mem://{name}", 0, b"{}\n")
+    assert list(fresh._known) == ["mem://b", "mem://c", "mem://d"]
+    fresh.settle("mem://c", forget=True)
+    assert list(fresh._known) == ["mem://b", "mem://d"]

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -192,6 +192,12 @@ class Files:
         if len(actions) and offsets[-1].as_py() - offsets[0].as_py() > 0:
             raise Unsupported("partition values")
         self._written = pa.chunked_array([*self._written.chunks, actions], self.type)
+
+    def fold(self, at_least: int) -> None:
+        """Turn the actions changed since into arrow once there are ``at_least``, so a
+        checkpoint converts few at a time (each conversion holds the interpreter lock)."""
+        if len(self._pending) >= at_least:
+            self.array()
 
     def array(
         self, keep: Callable[[pa.ChunkedArray], pa.ChunkedArray] | None = None
@@ -398,12 +404,17 @@ class Replay:
             raise Unsupported("the last checkpoint is missing")
         return _from_checkpoint(pq.read_table(pa.BufferReader(data)), version)
 
-    def advance(self, version: int) -> None:
-        """Apply the commits up to ``version``."""
+    def advance(self, version: int, known: Mapping[int, bytes] | None = None) -> None:
+        """Apply the commits up to ``version``; ``known``: commit files this process
+        already holds (its own commits, as it wrote them), by version, read from
+        storage only where missing."""
         while self.state.version < version:
-            body = self._objects.read(f"{self._log}/{self.state.version + 1:020d}.json")
+            following = self.state.version + 1
+            body = known.get(following) if known else None
             if body is None:
-                raise Unsupported(f"commit {self.state.version + 1} is gone")
+                body = self._objects.read(f"{self._log}/{following:020d}.json")
+            if body is None:
+                raise Unsupported(f"commit {following} is gone")
             self.state.apply(parse_commit(body))
 
     def write(self, *, now_ms: int | None = None) -> None:

@@ -351,6 +351,7 @@ class TableLog(LogView):
                 landed = existing is not None and marker.encode() in existing
         if not landed:
             raise CommitFailedError(f"{self.uri}: version {version} was taken by another writer")
+        checkpointer.committed(self.uri, version, body)
         self._apply(actions)
         self.version = version
         self._confirmed_at = time.monotonic()
