@@ -80,8 +80,9 @@ LOCAL_LOG_RETENTION = "interval 30 seconds"
 # checkpointed by a background thread every CHECKPOINT_INTERVAL commits, but at
 # most once per this many seconds per table and process. A checkpoint of a
 # table with thousands of small files costs tens of milliseconds, a direct
-# commit about one; opening a local table replays its JSON commits at ~30 µs
-# each, an S3 one at a GET each, hence the shorter spacing there.
+# commit about one; delta-rs opens a local table replaying its JSON commits since
+# the checkpoint at ~0.3 ms each (1,000: 318 ms, 3,000: 863 ms, measured on a
+# 2-core machine), an S3 one at a GET each as well, hence the shorter spacing there.
 LOCAL_CHECKPOINT_SPACING_S = 5.0
 S3_CHECKPOINT_SPACING_S = 0.5
 # Expired log files are removed after a checkpoint at most this often per table
