@@ -83,14 +83,23 @@ LOCAL_LOG_RETENTION = "interval 30 seconds"
 # commit about one; delta-rs opens a local table replaying its JSON commits since
 # the checkpoint at ~0.3 ms each (1,000: 318 ms, 3,000: 863 ms, measured on a
 # 2-core machine), an S3 one at a GET each as well, hence the shorter spacing there.
-LOCAL_CHECKPOINT_SPACING_S = 5.0
+# A local checkpoint and the log cleanup after it are bursts of CPU (a table of
+# 10,000 files: ~60 ms to write; the cleanup's delta-rs open and listing, 15-50
+# ms) that a 2-core machine serving a publisher and its subscriber feels: at 200
+# single-message publishes a second, every 5 s with a cleanup every 10 s, against
+# every 15 s with one a minute, the callback p99 was 8.0 against 5.5 ms and 10.6
+# against 7.6 ms in two runs of three interleaved pairs
+# (bench/results/ab-ckpt-spacing.md). The price: a local open of a table that
+# commits 200 times a second may replay 3,000 commits (~0.9 s) instead of 1,000.
+LOCAL_CHECKPOINT_SPACING_S = 15.0
 S3_CHECKPOINT_SPACING_S = 0.5
 # Expired log files are removed after a checkpoint at most this often per table
 # and process. delta-rs lists the whole log to do it: on S3 a 7-day log of a
 # table committing once a second is ~600 LIST pages ($0.003), so there once a
 # day ($0.09 a month per table; every 10 s was ~$780), and the log keeps up to
-# a day past its retention.
-LOG_CLEANUP_SPACING_S = 10.0
+# a day past its retention. On a local lake once a minute (above): the log keeps
+# up to 90 s of commits.
+LOG_CLEANUP_SPACING_S = 60.0
 S3_LOG_CLEANUP_SPACING_S = 86_400.0
 # delta-rs handles the checkpoint thread keeps, one per recently committed table.
 CHECKPOINT_HANDLES = 64
