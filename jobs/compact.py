@@ -46,7 +46,7 @@ from jobs.common import (
 )
 from jobs.script import main_for
 from lakepubsub import constants, errors
-from lakepubsub._lake import storage_errors, table_schemas
+from lakepubsub._lake import TableLog, storage_errors, table_schemas
 from lakepubsub.publish.messages_table import MessagesTable
 
 log = logging.getLogger("lakepubsub.jobs.compact")
@@ -196,7 +196,7 @@ def _maintain(
     )
     written_since_checkpoint = not has_checkpoint(ctx.lake, table)
     if target.kind == LEASES:
-        _adopt_lease_retention(table, target)
+        _adopt_lease_retention(ctx, table, target)
     if before.small_files >= options.min_small_files:
         _compact(ctx, table, target, size, options, result)
     if options.vacuum:
@@ -287,22 +287,23 @@ def _check_rows_kept(ctx: JobContext, target: Target, versions: list[int]) -> No
             )
 
 
-def _adopt_lease_retention(table: DeltaTable, target: Target) -> None:
+def _adopt_lease_retention(ctx: JobContext, table: DeltaTable, target: Target) -> None:
     """A lease table created before lease tables kept removed files an hour
-    (``LEASE_FILE_RETENTION_HOURS``) gets that property now."""
+    (``LEASE_FILE_RETENTION_HOURS``) gets that property now, through the direct
+    log: its commit moves past the subscription's lease commits (``set_properties``)."""
     wanted = table_schemas.LEASES_PROPERTIES[table_schemas.DELETED_FILE_RETENTION]
     if table.metadata().configuration.get(table_schemas.DELETED_FILE_RETENTION) == wanted:
         return  # the usual case: no reload for it
 
     def attempt() -> None:
         with storage_errors(target.uri):
-            table.update_incremental()
-            if table.metadata().configuration.get(table_schemas.DELETED_FILE_RETENTION) != wanted:
-                table.alter.set_table_properties(
-                    {table_schemas.DELETED_FILE_RETENTION: wanted}, raise_if_not_exists=False
-                )
+            TableLog(ctx.lake, target.uri).set_properties(
+                {table_schemas.DELETED_FILE_RETENTION: wanted}
+            )
 
     retrying(target.kind, attempt)
+    with storage_errors(target.uri):
+        table.update_incremental()
 
 
 def _vacuum(table: DeltaTable, target: Target, options: CompactOptions, *, full: bool) -> int:

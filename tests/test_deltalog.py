@@ -160,6 +160,74 @@ def test_tailing_sees_appends_deletes_and_property_changes_by_delta_rs(lake: Lak
     assert DeltaTable(uri, storage_options=options).to_pyarrow_table().num_rows == 5
 
 
+def test_a_property_change_moves_past_appends_and_keeps_other_changes(lake: LakeSpec) -> None:
+    lake_, uri = new_table(lake)
+    options = lake.storage_options or None
+    stale = TableLog(lake_, uri, tracked=("offset",))
+    writer = TableLog(lake_, uri, tracked=("offset",))
+    for lo in range(0, 6, 2):  # versions the stale view has not seen
+        append(writer, rows(lo, lo + 2))
+    DeltaTable(uri, storage_options=options).alter.set_table_properties(
+        {"delta.checkpointInterval": "7"}, raise_if_not_exists=False
+    )
+    assert writer.tail()
+    append(writer, rows(6, 8))
+    assert stale.set_properties({"delta.logRetentionDuration": "interval 2 days"})
+    table = DeltaTable(uri, storage_options=options)
+    configuration = table.metadata().configuration
+    assert configuration["delta.logRetentionDuration"] == "interval 2 days"
+    assert configuration["delta.checkpointInterval"] == "7"  # the other change is kept
+    for key, value in table_schemas.LEASES_PROPERTIES.items():
+        assert configuration[key] == value or key in {
+            "delta.logRetentionDuration",
+            "delta.checkpointInterval",
+        }
+    assert sorted(table.to_pyarrow_table().column("offset").to_pylist()) == list(range(8))
+    assert stale.version == table.version() and len(stale.files) == 4
+    version = table.version()
+    assert not stale.set_properties({"delta.checkpointInterval": "7"})  # holds: no commit
+    assert DeltaTable(uri, storage_options=options).version() == version
+    with pytest.raises(CommitFailedError):  # the writer's view is behind the change
+        append(writer, rows(8, 9))
+    assert writer.tail()
+    append(writer, rows(8, 9))
+    assert DeltaTable(uri, storage_options=options).to_pyarrow_table().num_rows == 9
+
+
+def test_a_property_change_lands_while_a_writer_commits_without_pause(
+    local_lake: LakeSpec,
+) -> None:
+    lake_, uri = new_table(local_lake)
+    stop = threading.Event()
+    committed: list[int] = []
+
+    def hammer() -> None:
+        writer = TableLog(lake_, uri, tracked=("offset",))
+        offset = 0
+        while not stop.is_set():
+            try:
+                append(writer, rows(offset, offset + 1))
+            except CommitFailedError:
+                writer.tail()
+                continue
+            committed.append(offset)
+            offset += 1
+
+    thread = threading.Thread(target=hammer, daemon=True)
+    thread.start()
+    try:
+        while len(committed) < 20:
+            time.sleep(0.01)
+        assert TableLog(lake_, uri).set_properties({"delta.checkpointInterval": "11"})
+        time.sleep(0.05)
+    finally:
+        stop.set()
+        thread.join(10)
+    table = DeltaTable(uri)
+    assert table.metadata().configuration["delta.checkpointInterval"] == "11"
+    assert sorted(table.to_pyarrow_table().column("offset").to_pylist()) == sorted(committed)
+
+
 def test_payloads_and_nested_columns_carry_no_parquet_statistics(tmp_path: Path) -> None:
     """Nobody filters on a payload: its min and max would only repeat it in the file."""
     lake_ = Lake(LakeSpec(str(tmp_path), {}).settings())

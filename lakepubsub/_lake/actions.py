@@ -259,6 +259,25 @@ def add_action(
     return {"add": add}
 
 
+def metadata_action(
+    metadata: Any, schema_json: str, configuration: Mapping[str, str]
+) -> dict[str, Any]:
+    """A metaData action: delta-rs's ``metadata`` (a table's id, name, partitions,
+    creation time) with its schema's JSON and ``configuration`` as the properties."""
+    return {
+        "metaData": {
+            "id": metadata.id,
+            "name": metadata.name,
+            "description": metadata.description,
+            "format": {"provider": "parquet", "options": {}},
+            "schemaString": schema_json,
+            "partitionColumns": list(metadata.partition_columns),
+            "createdTime": metadata.created_time,
+            "configuration": dict(configuration),
+        }
+    }
+
+
 def remove_action(path: str, *, size: int, data_change: bool) -> dict[str, Any]:
     """The remove action of a live data file."""
     return {

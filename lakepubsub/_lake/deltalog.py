@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import pyarrow as pa
 from deltalake.exceptions import CommitFailedError
 from deltalake.fs import DeltaStorageHandler
@@ -43,6 +44,7 @@ from lakepubsub._lake.actions import (
     commit_body,
     data_file,
     files_of,
+    metadata_action,
     now_ms,
     parquet_file,
     refusal,
@@ -105,6 +107,8 @@ class LogView:
         self._checkpoint_at = 0.0
         self._refused: str | None = None
         self._append_only = False
+        self._metadata: Any = None  # delta-rs's, and the schema, as of the last load
+        self._schema: Any = None
         self._confirmed_at = 0.0
         self._last_modification_ms = 0
         self.load()
@@ -119,6 +123,8 @@ class LogView:
             actions = pa.table(table.get_add_actions(flatten=True))
             protocol = table.protocol()
             metadata = table.metadata()
+            self._schema = table.schema()
+        self._metadata = metadata
         self.files = files_of(actions, self._tracked)
         self.added = list(self.files.values())
         self.version = version
@@ -389,6 +395,41 @@ class TableLog(LogView):
         except CommitFailedError:
             self.discard(actions)
             raise
+
+    def set_properties(self, properties: Mapping[str, str]) -> bool:
+        """Set table properties with a metaData commit; False if they hold already.
+
+        A property change reads no data, so by Delta's conflict rules commits that
+        only add or remove files do not conflict with it, and it moves past them
+        as ``commit_rebasing`` does. delta-rs's ``alter.set_table_properties``
+        reloads the snapshot before each attempt and lost every one (30 s of
+        them) to a subscription's lease table taking a commit every few
+        milliseconds on a loaded machine. A commit that changes the metadata or
+        protocol meanwhile reloads the view (``tail``), and the properties are
+        set again on top of it.
+        """
+        self._check_writable(removes=False)
+        wanted = {key: str(value) for key, value in properties.items()}
+        for _ in range(constants.REBASE_ATTEMPTS):
+            configuration = dict(self._metadata.configuration)
+            if all(configuration.get(key) == value for key, value in wanted.items()):
+                return False
+            action = metadata_action(
+                self._metadata, self._schema.to_json(), {**configuration, **wanted}
+            )
+            change = Operation(
+                "SET TBLPROPERTIES", {"properties": orjson.dumps(wanted).decode()}, False
+            )
+            try:
+                self._commit([action], change)
+            except CommitFailedError:
+                self.tail()
+                continue
+            self.load()  # the new properties (checkpoint interval, append-only) apply
+            return True
+        raise CommitFailedError(
+            f"{self.uri}: {constants.REBASE_ATTEMPTS} versions taken by other writers"
+        )
 
     def committed(self, app_id: str, txn_version: int) -> bool:
         """Whether the commit tagged with app transaction (app_id, txn_version) is in
