@@ -22,6 +22,7 @@ CASES = {
     "cost": ("bench.cost_bench", "S3 cost per million messages: cost.md"),
     "scaleout": ("bench.scaleout_bench", "one topic, several processes: scaleout.md"),
     "floors": ("bench.floors", "the libraries alone: floors.md"),
+    "relay": ("bench.relay_floor", "the many-topic load on an in-memory grpc.aio relay: relay.md"),
     "s3": ("bench.s3.__main__", "S3 requests at a counting proxy: s3-*.md"),
     "push": ("bench.push_bench", "push delivery: push.md"),
     "jobs": ("bench.jobs_bench", "maintenance jobs beside the API: jobs.md"),
@@ -36,7 +37,10 @@ CASES = {
 }
 # ``make bench-quick``: every case's CI form, reports in bench/results/tmp (not committed).
 TMP = "bench/results/tmp"
-QUICK = ("compare", "core", "flood", "cost", "scaleout", "floors", "s3 --cases idle,load,backlog")
+QUICK = (
+    *("compare", "core", "flood", "cost", "scaleout", "floors", "relay"),
+    "s3 --cases idle,load,backlog",
+)
 
 
 def quick() -> int:

@@ -187,7 +187,7 @@ async def _serve_empty_grpc(port: int, backlog: int) -> None:
 
 
 @contextmanager
-def _server(*command: str) -> Iterator[tuple[int, int]]:
+def server_process(*command: str) -> Iterator[tuple[int, int]]:
     """A server subprocess, its port appended to ``command``, until it listens: (pid, port)."""
     port = free_port()  # below the ephemeral range: no port-0 bind takes it meanwhile
     process = subprocess.Popen([*command, str(port)], cwd=Path(__file__).resolve().parent.parent)
@@ -231,7 +231,7 @@ def rest_pair(clients: int, n: int) -> list[w.Result]:
     with NatsServer() as server:
         asyncio.run(peer_nats.create_stream(server.url))
         found.append((peer_nats.SYSTEM, *peer_nats._publish(server, 1, [per_client] * clients)))
-    with _server(*EMPTY_REST) as (pid, port):
+    with server_process(*EMPTY_REST) as (pid, port):
         published = lps.publish(
             f"http://127.0.0.1:{port}", pid, TOPIC, batch_size=1, per_client=[per_client] * clients
         )
@@ -248,7 +248,7 @@ def rest_pair(clients: int, n: int) -> list[w.Result]:
 
 def _empty_grpc(backlog: int = 0) -> AbstractContextManager[tuple[int, int]]:
     """The empty gRPC server; its StreamingPull sends ``backlog`` messages."""
-    return _server(sys.executable, "-m", "bench", "floors", "--backlog", str(backlog),
+    return server_process(sys.executable, "-m", "bench", "floors", "--backlog", str(backlog),
                    "--serve-grpc")  # fmt: skip
 
 
