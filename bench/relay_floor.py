@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
-import os
 import subprocess
 import sys
 import time
@@ -37,17 +35,17 @@ from google.pubsub_v1.types import (
 )
 
 from api.grpc.door import SERVER_OPTIONS
-from bench import gobuild, report
+from bench import report
 from bench.floors import server_process
-from bench.grpc_bench import NO_METADATA_ENV
 from bench.harness.meter import ProcessMeter
+from bench.s3.__main__ import go_roles, json_line
 
 # (topics, msgs/s per topic, seconds) of the full run and of the CI form.
 FULL = ((20, 10.0, 60.0), (100, 5.0, 60.0), (100, 10.0, 60.0))
 QUICK = ((5, 5.0, 3.0),)
 # The subscribers' streams are open this long before the first publish.
 SETTLE_S = 2.0
-# How long past its seconds a run may take before the bench gives up on it.
+# How long past its seconds the subscriber waits for every message.
 OVERRUN_S = 120.0
 
 
@@ -172,36 +170,23 @@ class Run:
         ]
 
 
-def _last_json(process: subprocess.Popen[bytes], timeout_s: float) -> dict[str, Any]:
-    out, _ = process.communicate(timeout=timeout_s)
-    found: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
-    return found
-
-
 def load(topics: int, rate_each: float, seconds: float) -> Run:
     """The S3 bench's Go load (``s3publish -single``, ``s3subscribe``) against the relay."""
-    binary = str(gobuild.build())
     ids = [f"relay-{i}" for i in range(topics)]
     rate, total = topics * rate_each, int(topics * rate_each * seconds)
     command = (sys.executable, "-m", "bench", "relay", "--serve")
     with server_process(*command) as (pid, port):
-        env = {**os.environ, **NO_METADATA_ENV, "PUBSUB_EMULATOR_HOST": f"127.0.0.1:{port}"}
-        subscribe = [binary, "-mode", "s3subscribe", "-project", "bench",
-                     "-subscription", ",".join(ids), "-messages", str(total),
-                     "-timeout", f"{seconds + OVERRUN_S:g}"]  # fmt: skip
-        subscriber = subprocess.Popen(subscribe, stdout=subprocess.PIPE, env=env)
+        roles = go_roles(f"127.0.0.1:{port}")
+        subscribe = roles.subscribe(ids, total, seconds + OVERRUN_S)
+        subscriber = subprocess.Popen(subscribe, stdout=subprocess.PIPE, env=roles.env)
         assert subscriber.stdout is not None
         subscriber.stdout.readline()  # "ready"
         time.sleep(SETTLE_S)
         with ProcessMeter(pid) as meter:
             started = time.monotonic()
-            publish = [binary, "-mode", "s3publish", "-project", "bench",
-                       "-topic", ",".join(ids), "-rate", f"{rate:g}",
-                       "-duration", f"{seconds:g}", "-messages", str(total),
-                       "-timeout", f"{seconds + OVERRUN_S:g}", "-single"]  # fmt: skip
-            publisher = subprocess.Popen(publish, stdout=subprocess.PIPE, env=env)
-            published = _last_json(publisher, seconds + 2 * OVERRUN_S)
-            received = _last_json(subscriber, seconds + 2 * OVERRUN_S)
+            publish = roles.publish(ids, rate, seconds, True)
+            publisher = subprocess.Popen(publish, stdout=subprocess.PIPE, env=roles.env)
+            published, received = json_line(publisher), json_line(subscriber)
             wall_s = time.monotonic() - started
     return Run(topics, rate_each, seconds, wall_s, meter.usage.cpu_s, published, received)
 

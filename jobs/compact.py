@@ -301,9 +301,7 @@ def _adopt_lease_retention(ctx: JobContext, table: DeltaTable, target: Target) -
                 {table_schemas.DELETED_FILE_RETENTION: wanted}
             )
 
-    retrying(target.kind, attempt)
-    with storage_errors(target.uri):
-        table.update_incremental()
+    retrying(target.kind, attempt)  # the steps after it reload ``table`` themselves
 
 
 def _vacuum(table: DeltaTable, target: Target, options: CompactOptions, *, full: bool) -> int:

@@ -115,7 +115,7 @@ def _by_kind(counts: dict[str, object], key: str) -> dict[str, int]:
     return {str(k): int(v) for k, v in dict(counts[key]).items()}  # type: ignore[call-overload]
 
 
-def _json_line(process: subprocess.Popen[bytes]) -> dict[str, object]:
+def json_line(process: subprocess.Popen[bytes]) -> dict[str, object]:
     out, _ = process.communicate(timeout=LOAD_TIMEOUT_S)
     for line in reversed(out.decode().splitlines()):
         if line.startswith("{"):
@@ -145,7 +145,7 @@ def _python_roles(host: str) -> _Roles:
     )  # fmt: skip
 
 
-def _go_roles(host: str) -> _Roles:
+def go_roles(host: str) -> _Roles:
     binary = str(gobuild.build())
     return _Roles(
         publish=lambda topics, rate, seconds, single: [
@@ -197,7 +197,7 @@ def load(
         topic_names, names = zip(*pairs, strict=True)
         total = int(rate * seconds)
         host = server.emulator_host
-        roles = _go_roles(host) if client == "go" else _python_roles(host)
+        roles = go_roles(host) if client == "go" else _python_roles(host)
         subscriber = subprocess.Popen(
             roles.subscribe(names, total, seconds + 300), stdout=subprocess.PIPE, cwd=REPO,
             env=roles.env,
@@ -220,8 +220,8 @@ def load(
         )
         window = SteadyWindow(server.proxy, started, seconds)
         window.start()
-        published = _json_line(publisher)
-        delivered = _json_line(subscriber)
+        published = json_line(publisher)
+        delivered = json_line(subscriber)
         for meter in meters:
             meter.__exit__(None, None, None)
         server_cpu_s = tree_cpu_s(server.pid) - server_cpu_s

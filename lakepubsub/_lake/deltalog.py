@@ -409,7 +409,7 @@ class TableLog(LogView):
         set again on top of it.
         """
         self._check_writable(removes=False)
-        wanted = {key: str(value) for key, value in properties.items()}
+        wanted = dict(properties)
         for _ in range(constants.REBASE_ATTEMPTS):
             configuration = dict(self._metadata.configuration)
             if all(configuration.get(key) == value for key, value in wanted.items()):
