@@ -91,6 +91,7 @@ class Rooms:
             self.intake,
             on_commit=self.deliveries.nudge,
             forward=self._forward_publish,
+            here=lambda uid: self._owner(uid) is None,
         )
         if self.intake is not None:
             self.intake.start()

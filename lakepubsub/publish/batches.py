@@ -51,6 +51,11 @@ class Batch:
         self.count = int(columns.num_rows) if columns is not None else len(_given(lists)[0])
 
     @property
+    def has_columns(self) -> bool:
+        """Whether the columns are built (else ``columns`` builds them from the lists)."""
+        return self._columns is not None
+
+    @property
     def columns(self) -> pa.Table:
         if self._columns is None:
             self._columns = _table(*_given(self._lists))

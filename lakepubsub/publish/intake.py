@@ -44,13 +44,14 @@ from deltalake.exceptions import CommitFailedError
 
 from lakepubsub import constants, errors, metrics, retry
 from lakepubsub._lake import Lake
-from lakepubsub._lake import table_schemas as schemas
 from lakepubsub.publish import intake_ranges
+from lakepubsub.publish.batches import Batch
 from lakepubsub.publish.committer import Committer
+from lakepubsub.publish.intake_body import Body, unfit
 from lakepubsub.publish.intake_files import FilePuts
 from lakepubsub.publish.intake_moves import Hooks, Mover, Transactions
 from lakepubsub.publish.intake_view import IntakeView
-from lakepubsub.publish.messages_table import attach_overlay, numbered
+from lakepubsub.publish.messages_table import attach_overlay
 from lakepubsub.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ HEADS_WAIT_S = 1.0
 @dataclass
 class _Pending:
     topic_uid: str
-    columns: pa.Table
+    batch: Batch
     future: Future[int] = field(default_factory=Future)
 
 
@@ -128,10 +129,10 @@ class Intake(Committer[_Pending]):
         self._housekeeper.start()
         attach_overlay(self._lake, self)
 
-    def append(self, topic_uid: str, columns: pa.Table) -> Future[int]:
-        """Queue a topic's checked rows for the next commit; the future resolves to
-        the first offset they got once that commit landed."""
-        pending = _Pending(topic_uid, columns)
+    def append(self, topic_uid: str, batch: Batch) -> Future[int]:
+        """Queue a topic's checked batch for the next commit; the future resolves to
+        the first offset its messages got once that commit landed."""
+        pending = _Pending(topic_uid, batch)
         with self._cond:
             self._enqueue(pending)
             self._cond.notify_all()
@@ -250,7 +251,7 @@ class Intake(Committer[_Pending]):
             if isinstance(state, Exception):
                 failed.append((pending, state))
                 continue
-            n, b = pending.columns.num_rows, pending.columns.nbytes
+            n, b = pending.batch.count, pending.batch.size
             over = rows + n > MAX_ROWS_PER_COMMIT or size + b > MAX_BYTES_PER_COMMIT
             if not state or (group and over):
                 kept.append(pending)
@@ -269,46 +270,45 @@ class Intake(Committer[_Pending]):
 
     def _commit(self, group: list[_Pending]) -> None:
         self._committed_at = time.monotonic()
+        # Each topic's requests next to each other, in their order (``intake_body``).
+        topics: dict[str, list[_Pending]] = {}
+        for pending in group:
+            topics.setdefault(pending.topic_uid, []).append(pending)
+        group = [p for pendings in topics.values() for p in pendings]
         try:
-            firsts, numbered_rows, path = self._append(group)
+            group, body = _built(group)
+            if body is None:
+                return
+            firsts, numbered_rows, path = self._append(group, body)
         except Exception as exc:  # every caller learns the outcome
             errors.fail_all((p.future for p in group), exc, "intake commit")
             return
         self.view.hold(path, numbered_rows)
         for pending in group:
-            first = firsts[id(pending)]
-            errors.settle(pending.future, first)
+            errors.settle(pending.future, firsts[id(pending)])
 
-    def _append(self, group: list[_Pending]) -> tuple[dict[int, int], dict[str, pa.Table], str]:
+    def _append(
+        self, group: list[_Pending], body: Body
+    ) -> tuple[dict[int, int], dict[str, pa.Table], str]:
         """Number and commit the group's rows; the first offset of each pending
         request, each topic's numbered rows, and the file they are in."""
         log_ = self.view.log
-        topics: dict[str, list[_Pending]] = {}
-        for pending in group:
-            topics.setdefault(pending.topic_uid, []).append(pending)
         budget = retry.Budget(self._settings.commit_attempts, constants.COMMIT_BUDGET_S)
         while True:
             started = time.monotonic()
+            heads = {uid: self._head(uid) for uid in body.spans}
             firsts: dict[int, int] = {}
-            by_topic: dict[str, pa.Table] = {}
-            ranges: dict[str, list[int]] = {}
-            parts = []
-            for topic_uid, pendings in topics.items():
-                head = self._head(topic_uid)
-                columns = pa.concat_tables([p.columns for p in pendings])
-                rows = numbered(columns, head)
-                offset = head
-                for p in pendings:
-                    firsts[id(p)] = offset
-                    offset += p.columns.num_rows
-                by_topic[topic_uid] = rows
-                stamp = int(rows["publish_time"].cast(pa.int64())[0].as_py())
-                ranges[topic_uid] = [head, offset, stamp, stamp]
-                parts.append(_with_topic(rows, topic_uid))
-            body = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+            next_ = dict(heads)
+            for pending in group:
+                firsts[id(pending)] = next_[pending.topic_uid]
+                next_[pending.topic_uid] += pending.batch.count
+            now_us = time.time_ns() // 1000
+            rows = body.numbered(heads, now_us)
+            by_topic = body.by_topic(rows)
+            ranges = {uid: [heads[uid], next_[uid], now_us, now_us] for uid in body.spans}
             txn_version = self._txns.next()
             txn = {"txn": {"appId": self._txns.app_id, "version": txn_version}}
-            new = log_.new_file(body, tags=intake_ranges.encode(ranges), version=log_.version + 1)
+            new = log_.new_file(rows, tags=intake_ranges.encode(ranges), version=log_.version + 1)
             landing = None if self._puts is None else self._puts.start(log_, new)
             if landing is None:
                 log_.put_file(new)
@@ -338,7 +338,7 @@ class Intake(Committer[_Pending]):
                 self.view.tail()  # our commit is there: learn its version and file
             metrics.COMMITS.labels("intake").inc()
             metrics.COMMIT_SECONDS.labels("intake").observe(time.monotonic() - started)
-            metrics.ROWS_PER_COMMIT.labels("intake").observe(body.num_rows)
+            metrics.ROWS_PER_COMMIT.labels("intake").observe(rows.num_rows)
             return firsts, by_topic, new.name
 
     def _head(self, topic_uid: str) -> int:
@@ -351,6 +351,15 @@ class Intake(Committer[_Pending]):
         return max(head, self.view.next_offset(topic_uid))
 
 
-def _with_topic(rows: pa.Table, topic_uid: str) -> pa.Table:
-    column = pa.array([topic_uid] * rows.num_rows, pa.string())
-    return pa.Table.from_arrays([column, *rows.columns], schema=schemas.INTAKE)
+def _built(group: list[_Pending]) -> tuple[list[_Pending], Body | None]:
+    """The group's rows (``intake_body``), and the requests in them: a request whose
+    values do not make Arrow columns fails alone, the others are committed (None:
+    none is left)."""
+    try:
+        return group, Body([(p.topic_uid, p.batch) for p in group])
+    except errors.InvalidArgument:
+        bad = unfit([p.batch for p in group])
+        for at, exc in bad.items():
+            errors.fail(group[at].future, exc)
+        group = [p for at, p in enumerate(group) if at not in bad]
+        return group, Body([(p.topic_uid, p.batch) for p in group]) if group else None

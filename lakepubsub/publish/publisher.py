@@ -36,8 +36,9 @@ MAX_ROWS_PER_COMMIT = 50_000
 MAX_BYTES_PER_COMMIT = 64 * 1024 * 1024
 
 # Called after a commit with its rows and the table version it made (-1: unknown,
-# a commit that landed though its answer was lost).
-OnCommit = Callable[[pa.Table, int], None]
+# a commit that landed though its answer was lost; 0 and no rows: an intake commit,
+# the topic's table did not move).
+OnCommit = Callable[[pa.Table | None, int], None]
 # Hands a group to the topic's owner (``lakepubsub/peering/``): a future of the first
 # offset it got (``Unreachable`` if the owner could not be asked), or None when this
 # process is the owner.
@@ -75,11 +76,13 @@ class TopicPublisher(Committer[_Request]):
         on_commit: OnCommit | None = None,
         forward: Forward | None = None,
         intake: Intake | None = None,
+        here: Callable[[], bool] = lambda: True,
     ) -> None:
         super().__init__()
         self.topic_uid = topic_uid
         self._intake = intake
         self._forward = forward
+        self._here = here  # whether this process commits the topic (owns it)
         self._lake = lake
         self._settings = settings
         self._on_commit = on_commit
@@ -89,11 +92,19 @@ class TopicPublisher(Committer[_Request]):
         self._answer_s = 0.0  # moving average of the owner's answer time
         self._table: MessagesTable | None = None
         self._committing_here = self._forward is None  # the last group was committed here
+        self._busy = False  # the thread is committing or handing over a group
 
     def submit(self, batch: Batch, *, forwarded: bool = False) -> Future[list[str]]:
         """Queue a checked batch; the future resolves to its message ids once committed.
         A ``forwarded`` batch (another process's group) is committed by this process."""
         request = _Request(batch, Future(), forwarded)
+        if self._intake is not None and self._straight(forwarded):
+            # Straight to the intake, which commits every topic's batches together
+            # (``intake_body``): no hand-off to this topic's thread, no columns built
+            # per request.
+            pending = self._intake.append(self.topic_uid, batch)
+            pending.add_done_callback(lambda done: self._intake_answered([request], done))
+            return request.future
         with self._cond:
             self._enqueue(request)
             if self._thread is None:
@@ -103,6 +114,14 @@ class TopicPublisher(Committer[_Request]):
                 self._thread.start()
             self._cond.notify()
         return request.future
+
+    def _straight(self, forwarded: bool) -> bool:
+        """Whether a request may go to the intake without this topic's thread: it is
+        committed here, and nothing the thread holds could land after it."""
+        with self._cond:
+            if self._queue or self._handed_over or self._busy or self._closed:
+                return False
+        return forwarded or self._forward is None or self._here()
 
     def _run(self) -> None:
         idle_since = time.monotonic()
@@ -122,7 +141,12 @@ class TopicPublisher(Committer[_Request]):
                 # Only where the commit is made (groups handed to the owner wait there).
                 self._flush_window(flush_s, while_=lambda: self._committing_here)
                 group = self._take()
-            self._commit(group)
+                self._busy = True
+            try:
+                self._commit(group)
+            finally:
+                with self._cond:
+                    self._busy = False
             idle_since = time.monotonic()
 
     def _take(self) -> list[_Request]:
@@ -159,8 +183,9 @@ class TopicPublisher(Committer[_Request]):
             if self._intake is not None:
                 # Handed on at once, not waited for: the next group joins the same
                 # intake commit if its window is still open.
-                pending = self._intake.append(self.topic_uid, columns)
-                pending.add_done_callback(lambda done: self._intake_answered(group, columns, done))
+                size = sum(r.batch.size for r in group)
+                pending = self._intake.append(self.topic_uid, Batch(columns, size))
+                pending.add_done_callback(lambda done: self._intake_answered(group, done))
                 return
             first = self._append(columns)
         except Exception as exc:  # every caller learns the outcome
@@ -168,12 +193,13 @@ class TopicPublisher(Committer[_Request]):
             return
         self._answer(group, first)
 
-    def _intake_answered(self, group: list[_Request], columns: pa.Table, done: Future[int]) -> None:
+    def _intake_answered(self, group: list[_Request], done: Future[int]) -> None:
         exc = done.exception()
         if exc is not None:
             _fail(group, exc)
             return
-        self._after_commit(columns, 0)  # the topic's table did not move: read nothing
+        if self._on_commit is not None:  # the topic's table did not move: read nothing
+            self._on_commit(None, 0)
         self._answer(group, done.result())
 
     def _in_flight_limit(self) -> int:

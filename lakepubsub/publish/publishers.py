@@ -1,6 +1,7 @@
 """This process's publishers: one group committer per topic it publishes to, made
 on first use. Each commits here, or hands its groups to the topic's owner
-(``forward``); after a commit here, ``on_commit`` wakes the topic's waiting pulls."""
+(``forward``; ``here``: whether this process owns the topic); after a commit
+here, ``on_commit`` wakes the topic's waiting pulls."""
 
 from __future__ import annotations
 
@@ -30,12 +31,14 @@ class Publishers:
         *,
         on_commit: Callable[[str, int], None],
         forward: Callable[[str, pa.Table], Future[int] | None],
+        here: Callable[[str], bool] = lambda topic_uid: True,
     ) -> None:
         self._lake = lake
         self._settings = settings
         self._intake = intake
         self._on_commit = on_commit
         self._forward = forward
+        self._here = here
         self._publishers: Workers[TopicPublisher] = Workers()
 
     def submit(self, topic_uid: str, batch: Batch) -> Future[list[str]]:
@@ -66,6 +69,7 @@ class Publishers:
                 on_commit=lambda batch, version: self._on_commit(topic_uid, version),
                 forward=lambda columns: self._forward(topic_uid, columns),
                 intake=self._intake,
+                here=lambda: self._here(topic_uid),
             ),
         )
 
