@@ -4,10 +4,11 @@ A Delta commit on S3 is two PUTs or more, so committing each topic on its own
 makes the request bill grow with the number of topics (20 topics at 10
 messages a second each: one commit per two messages, $5.30 per million in
 ``bench/results/s3-load.md``). With the intake, a process's publishers hand their
-numbered rows to one committer, which writes all of them, topic by topic, into
-one parquet file of the lake-wide ``intake`` table and commits it as the next
-version (a strict compare-and-swap, as a topic's own commit). A publish is
-answered once that commit landed, as before; on S3 the commit's log entry
+checked batches to one committer, which numbers them and writes all of them,
+topic by topic (``intake_body``), into one parquet file of the lake-wide
+``intake`` table and commits it as the next version (a strict compare-and-swap,
+as a topic's own commit). A publish is answered once that commit landed, as
+before; on S3 the commit's log entry
 carries the file's bytes and the file is written beside it (``intake_files``),
 so the answer waits for one PUT, not two in a row.
 

@@ -5,6 +5,11 @@ Arrow batch in their own thread; the committer concatenates what has queued,
 numbers it from the topic head, and appends it with a strict compare-and-swap.
 A lost race refreshes the head and renumbers; nothing is reordered within a
 request and no request is split across commits.
+
+With the intake (on S3), a request to a topic this process commits goes from
+the caller straight to the intake's committer (``submit``); the topic's thread
+runs only for groups handed to another process that owns the topic, and for
+requests that arrive while it holds some.
 """
 
 from __future__ import annotations
