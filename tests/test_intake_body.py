@@ -34,7 +34,8 @@ def test_each_topic_is_numbered_from_its_head_in_one_table() -> None:
     # A group another process forwarded arrives as columns, not lists.
     c1 = Batch(combined([checked([b"c1", b"c2"], [None, None], ["o", None])]), 4)
     a2 = checked([b"a3"], [None], [None])
-    body = Body([("A", a1), ("A", a2), ("B", b1), ("C", c1)])
+    # A topic's batches come apart in the queue; its rows come out next to each other.
+    body = Body([("A", a1), ("B", b1), ("A", a2), ("C", c1)])
     assert body.spans == {"A": (0, 3), "B": (3, 1), "C": (4, 2)}
 
     rows = body.numbered({"A": 10, "B": 0, "C": 7}, 1_234)

@@ -271,11 +271,6 @@ class Intake(Committer[_Pending]):
 
     def _commit(self, group: list[_Pending]) -> None:
         self._committed_at = time.monotonic()
-        # Each topic's requests next to each other, in their order (``intake_body``).
-        topics: dict[str, list[_Pending]] = {}
-        for pending in group:
-            topics.setdefault(pending.topic_uid, []).append(pending)
-        group = [p for pendings in topics.values() for p in pendings]
         try:
             group, body = _built(group)
             if body is None:

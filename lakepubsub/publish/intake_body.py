@@ -29,26 +29,30 @@ _GIVEN = ("data", "attributes", "ordering_key", "size")
 
 
 class Body:
-    """The rows of ``batches`` (topic, batch pairs, each topic's batches next to each
-    other and in order) without their offsets: their columns, the topic column,
-    and where each topic's rows are."""
+    """The rows of ``batches`` (topic, batch pairs) without their offsets: their
+    columns, each topic's rows next to each other in the order its batches came,
+    the topic column, and where each topic's rows are."""
 
     def __init__(self, batches: Sequence[tuple[str, Batch]]) -> None:
+        topics: dict[str, list[Batch]] = {}
+        for uid, batch in batches:
+            topics.setdefault(uid, []).append(batch)
         self.spans: dict[str, tuple[int, int]] = {}  # topic -> (first row, rows)
         uids: list[str] = []
         parts: list[pa.Table] = []
         pending: list[Batch] = []  # consecutive batches still in lists
-        for uid, batch in batches:
-            start, n = self.spans.get(uid, (len(uids), 0))
-            self.spans[uid] = (start, n + batch.count)
-            uids.extend([uid] * batch.count)
-            if batch.has_columns:
-                if pending:
-                    parts.append(combined(pending))
-                    pending = []
-                parts.append(batch.columns.select(_GIVEN))
-            else:
-                pending.append(batch)
+        for uid, topic_batches in topics.items():
+            n = sum(batch.count for batch in topic_batches)
+            self.spans[uid] = (len(uids), n)
+            uids.extend([uid] * n)
+            for batch in topic_batches:
+                if batch.has_columns:
+                    if pending:
+                        parts.append(combined(pending))
+                        pending = []
+                    parts.append(batch.columns.select(_GIVEN))
+                else:
+                    pending.append(batch)
         if pending:
             parts.append(combined(pending))
         given = (

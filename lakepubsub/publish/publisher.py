@@ -203,8 +203,7 @@ class TopicPublisher(Committer[_Request]):
         if exc is not None:
             _fail(group, exc)
             return
-        if self._on_commit is not None:  # the topic's table did not move: read nothing
-            self._on_commit(None, 0)
+        self._after_commit(None, 0)  # the topic's table did not move: read nothing
         self._answer(group, done.result())
 
     def _in_flight_limit(self) -> int:
@@ -267,7 +266,7 @@ class TopicPublisher(Committer[_Request]):
             return head
         raise errors.Aborted(f"publish gave up after {budget.tries} conflicting commits; retry")
 
-    def _after_commit(self, batch: pa.Table, version: int) -> None:
+    def _after_commit(self, batch: pa.Table | None, version: int) -> None:
         if self._on_commit is not None:
             self._on_commit(batch, version)
 
