@@ -12,7 +12,7 @@ from support import LakeSpec
 from lakepubsub._lake import Lake, table_schemas
 from lakepubsub.constants import ACTIVITY_RESOLUTION_S, US_PER_S
 from lakepubsub.delivery.ackids import AckId
-from lakepubsub.delivery.lease_table import MAX_FILES, LeaseTable
+from lakepubsub.delivery.lease_table import CURSOR_WITH_ROWS_MAX, MAX_FILES, LeaseTable
 from lakepubsub.delivery.leases import HELD, Cursor, LeaseState, Row, initial_rows
 from lakepubsub.delivery.planner import Planner, Policy
 
@@ -81,13 +81,14 @@ def test_pull_then_ack_rewrites_only_what_changed(lake: LakeSpec) -> None:
 
 def test_the_cursor_is_rewritten_only_when_it_changes(lake: LakeSpec) -> None:
     lake_, table = new_table(lake)
-    ids = lease_new(table, 10)
+    n = CURSOR_WITH_ROWS_MAX + 10  # too many leases to share the cursor's file
+    ids = lease_new(table, n)
     cursor_file = next(p for p, f in table._log.files.items() if f.rows == 1)
     # a partial ack a minute later: the other leases are rewritten, the cursor is not
     # (its activity time is kept to ACTIVITY_RESOLUTION_S)
     ack(table, ids[:4], NOW_US + 60 * US_PER_S)
     assert cursor_file in table._log.files
-    assert sorted(f.rows for f in table._log.files.values()) == [1, 6]
+    assert sorted(f.rows for f in table._log.files.values()) == [1, n - 4]
     assert table.state().cursor.active_us == NOW_US
     # hours later the activity time is stale: this ack rewrites the cursor too
     later_us = NOW_US + (ACTIVITY_RESOLUTION_S + 1) * US_PER_S
@@ -95,7 +96,27 @@ def test_the_cursor_is_rewritten_only_when_it_changes(lake: LakeSpec) -> None:
     assert cursor_file not in table._log.files
     assert table.state().cursor.active_us == later_us
     # what this process holds is what any reader of the table sees
-    assert len(matches_stored(table, lake_, lake).rows) == 4
+    assert len(matches_stored(table, lake_, lake).rows) == n - 6
+
+
+def test_a_changed_cursor_shares_a_small_rows_file(lake: LakeSpec) -> None:
+    lake_, table = new_table(lake)
+    ids = lease_new(table, 10)
+    # the new leases and the advanced cursor: one file, one add
+    (only,) = table._log.files
+    assert table._log.files[only].rows == 11
+    # an ack that advances the cursor rewrites that file with the leases it keeps
+    ack(table, ids[:4], NOW_US + (ACTIVITY_RESOLUTION_S + 1) * US_PER_S)
+    (rewritten,) = table._log.files
+    assert rewritten != only and table._log.files[rewritten].rows == 7
+    assert len(matches_stored(table, lake_, lake).rows) == 6
+    # a process that opens the table later finds the cursor in that file and
+    # commits on it as this one does
+    other = LeaseTable(lake_, "sub")
+    ack(other, ids[4:], NOW_US + 2 * (ACTIVITY_RESOLUTION_S + 1) * US_PER_S)
+    assert [f.rows for f in other._log.files.values()] == [1]
+    state = stored(lake_, lake)
+    assert state.rows == {} and state.cursor.frontier == 10
 
 
 def test_a_plan_that_changes_nothing_stored_still_commits_one_cursor(lake: LakeSpec) -> None:

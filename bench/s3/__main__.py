@@ -33,6 +33,7 @@ WINDOW_S = 330.0
 QUICK_WINDOW_S = 20.0
 MINUTES_PER_MONTH = 60 * 24 * 30
 TOP_KEYS = 8
+STEADY_TOP_KEYS = 14
 TIERS = ("standard", "express")
 MILLION = 1_000_000
 # Streams open and the first cycles run before the counts are zeroed.
@@ -60,6 +61,8 @@ class LoadResult:
     # Of ``kinds``, those of the steady window (``SteadyWindow``), and its length.
     steady_kinds: dict[str, int] = field(default_factory=dict)
     steady_s: float = 0.0
+    # The steady window's requests by kind and key pattern, most first.
+    steady_keys: dict[str, int] = field(default_factory=dict)
 
     def per_million(self, kind: str) -> float:
         return self.kinds.get(kind, 0) * MILLION / max(1, self.messages)
@@ -236,8 +239,9 @@ def load(
     steady = _by_kind(window.steady, "kinds")
     steady_s = float(window.steady["seconds"])  # type: ignore[arg-type]
     return LoadResult(
-        label, total, kinds, commits, published, delivered, cpu, wall, directory, steady, steady_s
-    )
+        label, total, kinds, commits, published, delivered, cpu, wall, directory, steady, steady_s,
+        _by_kind(window.steady, "keys"),
+    )  # fmt: skip
 
 
 def idle(
@@ -341,6 +345,22 @@ def load_report(
             f"| {r.publish.get('failures')} | {r.delivery.get('duplicates')} "
             f"| {r.cpu_s['server']:.1f} / {r.cpu_s['moto']:.1f} / {r.cpu_s['proxy']:.1f} |"
         )
+    for r in results:
+        lines += _steady_patterns(r)
+    return lines
+
+
+def _steady_patterns(result: LoadResult) -> list[str]:
+    """A load case's most frequent request patterns in its steady window, per minute
+    and in dollars a month at Standard prices: where its steady bill comes from."""
+    if not result.steady_keys or result.steady_s <= 0:
+        return []
+    per_minute = 60 / result.steady_s
+    lines = ["", f"Top request patterns of the steady window, {result.label} (per minute):", ""]
+    for key, n in list(result.steady_keys.items())[:STEADY_TOP_KEYS]:
+        kind = key.partition(" ")[0]
+        monthly = usd({kind: n}, "standard") * SECONDS_PER_MONTH / result.steady_s
+        lines.append(f"- `{key}`: {n * per_minute:.1f} (${monthly:.2f} a month)")
     return lines
 
 
@@ -370,7 +390,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = out.parser(__doc__ or "")
     parser.add_argument("--profile", choices=sorted(PROFILES), default="zero")
     parser.add_argument(
-        "--cases", default="idle,load,flush,backlog", help="idle, load, flush, backlog"
+        "--cases",
+        default="idle,load,flush,backlog",
+        help="idle, load, flush, backlog; many: load's many-topic case alone",
     )
     parser.add_argument("--flush-windows", default="25,100,250,1000", help="flush case's flush ms")
     parser.add_argument("--intake", action="store_true", help="every case with LAKEPUBSUB_INTAKE=1")
@@ -413,10 +435,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         workers=args.workers, grpc_port=args.grpc_port,
     )  # fmt: skip
     batched = f"1 topic, {rate:.0f} msgs/s, batched"
-    loads = [] if "load" not in cases else [
-        run(batched, 1, rate, single=False, env=base_env),
-        run(f"{topics} topics x {small:.0f} msgs/s, single", topics, topics * small,
-            single=True, env=base_env),
+    many_topics = partial(
+        run, f"{topics} topics x {small:.0f} msgs/s, single", topics, topics * small,
+        single=True, env=base_env,
+    )  # fmt: skip
+    loads = [] if not cases & {"load", "many"} else [
+        *([run(batched, 1, rate, single=False, env=base_env)] if "load" in cases else []),
+        many_topics(),
     ]  # fmt: skip
     lines += load_report(loads, args.profile, args.client, args.workers, args.grpc_port)
     if "flush" in cases:
@@ -431,18 +456,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         files, runs = (10, 1) if args.quick else (50, 3)
         lines += backlog.report(backlog.run(files, args.profile, runs), args.profile)
     every = {"idle", "load", "flush", "backlog"}
-    name = "s3" if cases >= every else "s3-" + "-".join(sorted(cases & every))
+    name = "s3" if cases >= every else "s3-" + "-".join(sorted(cases & (every | {"many"})))
     if args.profile != "zero":
         name += f"-{args.profile}"
     if args.intake:
         name += "-intake"
     if hot:
         name += "-intake-express"
-    if args.client == "go" and cases & {"load", "flush"}:
+    if args.client == "go" and cases & {"load", "many", "flush"}:
         name += "-go"
-    if args.workers > 1 and cases & {"load", "flush"}:
+    if args.workers > 1 and cases & {"load", "many", "flush"}:
         name += f"-workers{args.workers}"
-    if args.grpc_port and cases & {"load", "flush"}:
+    if args.grpc_port and cases & {"load", "many", "flush"}:
         name += "-grpc-port"
     out.write(args.out, f"{name}.md", lines)
 

@@ -40,6 +40,8 @@ from lakepubsub.delivery.planner import Planner
 # 10,000 messages (ten files of 1,000 leases), rewriting everything at 8 files
 # made every commit copy all 10,000 rows (2,800 deliveries/s at engine level).
 MAX_FILES = 32
+# A changed cursor shares the file of at most this many written rows (``commit``).
+CURSOR_WITH_ROWS_MAX = 256
 
 
 class LeaseTable:
@@ -188,8 +190,16 @@ class LeaseTable:
         blocks = [b for b in live.blocks if b.id in changed_blocks or b.id in carried_blocks]
         stored_cursor = self._stored_cursor or self._state.cursor
         cursor = result.cursor if rewrite_cursor else stored_cursor
-        cursor_add = log.write_file(to_arrow([], cursor)) if rewrite_cursor else None
-        rows_add = log.write_file(_rows_table(rows, blocks)) if rows or blocks else None
+        # A changed cursor goes into a small rows' file: a file (a PUT on S3) less.
+        # That file is rewritten with the next cursor change, carrying its rows, so
+        # a large one (a drain's blocks) leaves the cursor a file of its own.
+        written = len(rows) + sum(len(b.live) for b in blocks)
+        with_rows = rewrite_cursor and 0 < written <= CURSOR_WITH_ROWS_MAX
+        rows_add = cursor_add = None
+        if rows or blocks:
+            rows_add = log.write_file(_rows_table(rows, blocks, cursor if with_rows else None))
+        if rewrite_cursor and not with_rows:
+            cursor_add = log.write_file(to_arrow([], cursor))
         adds = [a for a in (cursor_add, rows_add) if a is not None]
         version = log.commit(
             [*adds, *(log.remove(p) for p in sorted(touched))],
@@ -199,9 +209,8 @@ class LeaseTable:
         )
         metrics.COMMITS.labels("leases").inc()
         metrics.COMMIT_SECONDS.labels("leases").observe(time.perf_counter() - started)
-        written = len(rows) + sum(len(b.live) for b in blocks)
         metrics.ROWS_PER_COMMIT.labels("leases").observe(written + int(rewrite_cursor))
-        self._track(touched, cursor_add, rows_add, keys, blocks)
+        self._track(touched, cursor_add, rows_add, keys, blocks, with_rows)
         self._state = LeaseState(version, cursor, result.rows)
         self._state.inherit_due(result.due_bound())
         self._stored_cursor = cursor
@@ -215,6 +224,7 @@ class LeaseTable:
         rows_add: dict[str, dict[str, str]] | None,
         keys: list[Key],
         blocks: list[Block],
+        cursor_written: bool,
     ) -> None:
         written = set(keys)
         block_ids = {b.id for b in blocks}
@@ -233,15 +243,18 @@ class LeaseTable:
             self._file_of[CURSOR_KEY] = cursor_path
         if rows_add is not None:
             path = rows_add["add"]["path"]
-            self._keys_in[path] = written
+            self._keys_in[path] = written | {CURSOR_KEY} if cursor_written else written
             self._file_of.update(dict.fromkeys(keys, path))
+            if cursor_written:
+                self._file_of[CURSOR_KEY] = path
             self._blocks_in[path] = block_ids
             self._block_file.update(dict.fromkeys(block_ids, path))
 
 
-def _rows_table(rows: list[Row], blocks: list[Block]) -> pa.Table:
-    """Single rows and blocks' live rows, as one table in the lease-table schema."""
+def _rows_table(rows: list[Row], blocks: list[Block], cursor: Cursor | None) -> pa.Table:
+    """Single rows, blocks' live rows and the cursor row (if given), as one table in
+    the lease-table schema."""
     parts = [b.to_arrow() for b in blocks]
-    if rows or not parts:
-        parts.insert(0, to_arrow(rows, None))
+    if rows or cursor is not None or not parts:
+        parts.insert(0, to_arrow(rows, cursor))
     return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
