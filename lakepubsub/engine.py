@@ -180,9 +180,9 @@ class Engine(Rooms):
         """Create a topic; ``AlreadyExists`` if the name is taken."""
         topic = topic.validated()
         uid = uuid.uuid4().hex
-        MessagesTable.create(self.lake, uid)
+        table = MessagesTable.create(self.lake, uid)
         if self.intake is not None:
-            self.intake.created(uid)
+            self.intake.created(table)
         now = now_us()
         name = topic.name
         entry = cat.Entry(cat.TOPIC, name.project, name.id, uid, None, now, now, topic.spec())

@@ -144,7 +144,9 @@ def test_a_topic_whose_table_is_gone_fails_only_its_own_publishes(local_lake: La
 
 def test_a_topic_created_here_is_numbered_without_a_read(local_lake: LakeSpec) -> None:
     """The process that made a topic's (empty) table knows its head: the first
-    publish opens nothing (100 first reads cost a run on S3 Standard its first 20 s)."""
+    publish opens nothing (100 first reads cost a run on S3 Standard its first 20 s),
+    nor does the reread of its head a minute later, which looks at its next commit
+    through the handle made with the table."""
     with Engine(local_lake.settings(intake=True, flush_ms=20.0, intake_move_s=3600.0)) as engine:
         (topic,) = _topics(engine, 1)
         intake = engine.intake
@@ -152,4 +154,8 @@ def test_a_topic_created_here_is_numbered_without_a_read(local_lake: LakeSpec) -
         uid = engine.resources.topic_entry(topic).uid
         assert intake.mover.heads.known(uid) == 0
         assert engine.publish(topic, [PublishMessage(b"a")]) == ["0"]
-        assert uid not in intake.mover._tables  # never opened for a head
+        held, _ = intake.mover._tables[uid]
+        loads = held._log.generation
+        assert intake.mover.read_head(uid) == 0  # its row is still in the intake
+        assert intake.mover._tables[uid][0] is held
+        assert held._log.generation == loads  # tailed, not opened again

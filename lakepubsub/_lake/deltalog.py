@@ -27,7 +27,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import pyarrow as pa
@@ -51,6 +51,9 @@ from lakepubsub._lake.actions import (
     remove_action,
 )
 from lakepubsub._lake.storage import Lake, storage_errors
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +89,13 @@ class LogView:
     """
 
     def __init__(
-        self, lake: Lake, uri: str, *, tracked: Iterable[str] = (), payloads: bool = False
+        self,
+        lake: Lake,
+        uri: str,
+        *,
+        tracked: Iterable[str] = (),
+        payloads: bool = False,
+        opened: DeltaTable | None = None,
     ) -> None:
         self.uri = uri
         # With ``payloads``, tailing keeps the bytes of files whose commits carry them
@@ -111,13 +120,14 @@ class LogView:
         self._schema: Any = None
         self._confirmed_at = 0.0
         self._last_modification_ms = 0
-        self.load()
+        self.load(opened)
 
     # -- reading -------------------------------------------------------------------------
 
-    def load(self) -> None:
-        """Read the latest snapshot through delta-rs (checkpoint plus commits)."""
-        table = self._lake.open(self.uri)
+    def load(self, opened: DeltaTable | None = None) -> None:
+        """Read the latest snapshot through delta-rs (checkpoint plus commits), or
+        take it from ``opened``, a handle on the table just made or opened."""
+        table = opened if opened is not None else self._lake.open(self.uri)
         with storage_errors(self.uri):
             version = table.version()
             actions = pa.table(table.get_add_actions(flatten=True))

@@ -52,7 +52,7 @@ from lakepubsub.publish.intake_body import Body, unfit
 from lakepubsub.publish.intake_files import FilePuts
 from lakepubsub.publish.intake_moves import Hooks, Mover, Transactions
 from lakepubsub.publish.intake_view import IntakeView
-from lakepubsub.publish.messages_table import attach_overlay
+from lakepubsub.publish.messages_table import MessagesTable, attach_overlay
 from lakepubsub.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -165,10 +165,10 @@ class Intake(Committer[_Pending]):
         intake holds one."""
         return self.view.first_at(topic_uid, time_us, lo)
 
-    def created(self, topic_uid: str) -> None:
+    def created(self, table: MessagesTable) -> None:
         """The topic's table was just made here, empty: its first rows number from 0
-        with no read of it."""
-        self.mover.heads.note(topic_uid, 0)
+        with no read of it, and its rereads tail that handle."""
+        self.mover.created(table)
 
     def refresh(self) -> None:
         """Learn of other processes' intake commits now (a reader's look). A look that

@@ -101,6 +101,12 @@ class Mover:
             self._keep(topic_uid, table)
             return table
 
+    def created(self, table: MessagesTable) -> None:
+        """A topic's table just made here: held as read now, so that its first
+        reread for numbering is a look at its next commit, not an open."""
+        with self._lock:
+            self._keep(table.topic_uid, table)
+
     def _keep(self, topic_uid: str, table: MessagesTable) -> None:
         """Remember the topic's table as read now, and its head for numbering."""
         now = time.monotonic()

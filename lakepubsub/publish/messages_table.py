@@ -70,12 +70,19 @@ class MessagesTable:
     """One process's handle on one topic's messages table, and the topic's rows in
     the intake when this process runs one (``overlay``). Not thread-safe."""
 
-    def __init__(self, lake: Lake, topic_uid: str, *, overlay: bool = True) -> None:
+    def __init__(
+        self,
+        lake: Lake,
+        topic_uid: str,
+        *,
+        overlay: bool = True,
+        opened: DeltaTable | None = None,
+    ) -> None:
         self.uri = lake.messages_uri(topic_uid)
         self.topic_uid = topic_uid
         self._overlay = _overlays.get(lake) if overlay else None
         self._lake = lake
-        self._log = TableLog(lake, self.uri, tracked=_TRACKED)
+        self._log = TableLog(lake, self.uri, tracked=_TRACKED, opened=opened)
         # Files sorted by lowest offset, with a running maximum of their highest
         # offset: the files overlapping a range are found by bisection.
         self._index: list[tuple[int, int, int, str]] = []  # lo, hi, latest_us, path
@@ -86,13 +93,16 @@ class MessagesTable:
         self._head = 0
 
     @staticmethod
-    def create(lake: Lake, topic_uid: str) -> None:
-        lake.create(
+    def create(lake: Lake, topic_uid: str) -> MessagesTable:
+        """Make the topic's table; a handle on it as made (no intake rows), read
+        with no request."""
+        made = lake.create(
             lake.messages_uri(topic_uid),
             table_schemas.MESSAGES,
             configuration=table_schemas.MESSAGES_PROPERTIES,
             description="lakepubsub messages",
         )
+        return MessagesTable(lake, topic_uid, overlay=False, opened=made)
 
     @property
     def version(self) -> int:
