@@ -48,6 +48,7 @@ ACKS_SETTLE_TIMEOUT_S = 10.0 + constants.S3_LEASE_FLUSH_MS / 1000
 S3_KINDS = KINDS
 _COMMITS = "lakepubsub_delta_commits_total"
 _CONFLICTS = "lakepubsub_commit_conflicts_total"
+_CALLS = "lakepubsub_grpc_requests_total"
 _LISTENING = re.compile(r"Uvicorn running on http://127\.0\.0\.1:(\d+)")
 # moto (werkzeug) logs one line per request: ... "PUT /bucket/key?query HTTP/1.1" 200 -
 _MOTO_REQUEST = re.compile(rb'"(?:\x1b\[[0-9;]*m)*([A-Z]+) (/[^ ]*) HTTP/[0-9.]+')
@@ -88,6 +89,8 @@ class Counters:
     moto_log_offset: int
     # The Delta commits by table ("messages", "intake", "leases"...).
     commits_by_table: dict[str, float] = field(default_factory=dict)
+    # The unary gRPC calls answered, by method ("Publish", "Acknowledge"...).
+    calls_by_method: dict[str, float] = field(default_factory=dict)
 
 
 class LakePubSubServer:
@@ -279,6 +282,7 @@ class LakePubSubServer:
         """This server's Delta commit and conflict counters, and moto's log offset."""
         text = httpx.get(f"{self.url}/metrics", timeout=REQUEST_TIMEOUT_S).text
         by_table: dict[str, float] = {}
+        calls: dict[str, float] = {}
         conflicts = 0.0
         for line in text.splitlines():
             name, _, rest = line.partition("{")
@@ -287,11 +291,15 @@ class LakePubSubServer:
                 by_table[table] = by_table.get(table, 0.0) + float(rest.rpartition(" ")[2])
             elif name == _CONFLICTS:
                 conflicts += float(rest.rpartition(" ")[2])
+            elif name == _CALLS:
+                method = rest.partition('method="')[2].partition('"')[0]
+                calls[method] = calls.get(method, 0.0) + float(rest.rpartition(" ")[2])
         return Counters(
             commits=round(sum(by_table.values())),
             conflicts=round(conflicts),
             moto_log_offset=self.moto.log_offset() if self.moto else 0,
             commits_by_table=by_table,
+            calls_by_method=calls,
         )
 
     def engine(self) -> Engine:

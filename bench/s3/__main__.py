@@ -63,6 +63,8 @@ class LoadResult:
     steady_s: float = 0.0
     # The steady window's requests by kind and key pattern, most first.
     steady_keys: dict[str, int] = field(default_factory=dict)
+    # Unary gRPC calls the server answered during the case, by method.
+    calls: dict[str, float] = field(default_factory=dict)
 
     def per_million(self, kind: str) -> float:
         return self.kinds.get(kind, 0) * MILLION / max(1, self.messages)
@@ -209,7 +211,8 @@ def load(
         subscriber.stdout.readline()  # "ready"
         time.sleep(LOAD_SETTLE_S)
         server.proxy.reset()
-        before = server.counters().commits_by_table
+        counted = server.counters()
+        before, calls_before = counted.commits_by_table, counted.calls_by_method
         meters = [ProcessMeter(p) for p in (server.moto.pid, server.proxy.pid)]
         server_cpu_s = tree_cpu_s(server.pid)  # with its workers
         started = time.monotonic()
@@ -231,7 +234,9 @@ def load(
         wall = time.monotonic() - started
         window.join()  # the publisher ran its seconds: the window is over
         counts = server.proxy.reset()
-        after = server.counters().commits_by_table
+        counted = server.counters()
+        after = counted.commits_by_table
+        calls = {m: n - calls_before.get(m, 0.0) for m, n in counted.calls_by_method.items()}
     kinds, directory = window.total(counts, "kinds"), window.total(counts, "directory_kinds")
     commits = {t: after.get(t, 0.0) - before.get(t, 0.0) for t in after} if workers == 1 else {}
     cpu = {"server": server_cpu_s}
@@ -240,7 +245,7 @@ def load(
     steady_s = float(window.steady["seconds"])  # type: ignore[arg-type]
     return LoadResult(
         label, total, kinds, commits, published, delivered, cpu, wall, directory, steady, steady_s,
-        _by_kind(window.steady, "keys"),
+        _by_kind(window.steady, "keys"), calls if workers == 1 else {},
     )  # fmt: skip
 
 
@@ -346,8 +351,22 @@ def load_report(
             f"| {r.cpu_s['server']:.1f} / {r.cpu_s['moto']:.1f} / {r.cpu_s['proxy']:.1f} |"
         )
     for r in results:
+        lines += _calls(r)
         lines += _steady_patterns(r)
     return lines
+
+
+def _calls(result: LoadResult) -> list[str]:
+    """The unary gRPC calls the server answered per message of a load case: how much
+    the clients batched their publishes, acks and deadline changes."""
+    if not result.calls:
+        return []
+    each = ", ".join(
+        f"{method} {n / max(1, result.messages):.2f}"
+        for method, n in sorted(result.calls.items(), key=lambda item: -item[1])
+        if n > 0
+    )
+    return ["", f"Unary gRPC calls per message, {result.label}: {each}."]
 
 
 def _steady_patterns(result: LoadResult) -> list[str]:

@@ -12,7 +12,6 @@ before its commit has landed.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable
@@ -37,30 +36,9 @@ from lakepubsub.delivery.requests import (
 from lakepubsub.messages import Received, ReceivedMessage
 from lakepubsub.resources.subscriptions import Subscription
 from lakepubsub.retry import optimistic
-from lakepubsub.settings import Settings
 
 log = logging.getLogger(__name__)
 SubscriptionLookup = Callable[[], Subscription | None]
-
-
-def ack_hold_s(request: AckRequest, sub: Subscription, settings: Settings, peered: bool) -> float:
-    """How long a queued ack may wait for a dispatcher cycle that runs anyway (a
-    pull's, a publish's), rather than start one. A plain ack of a subscription
-    whose lease changes wait in memory for the lease flush window frees nothing to
-    deliver and stores nothing before that window: it waits up to the process's
-    flush window, and is answered once its cycle has planned it. Not a deadline
-    change or nack (either may free a message), nor an ack of an exactly-once
-    subscription (confirmed once stored), of ordering keys (it frees the key's next
-    message) or of a push subscription (committed every cycle)."""
-    if (
-        request.deadline_s is not None
-        or sub.enable_exactly_once_delivery
-        or sub.enable_message_ordering
-        or sub.push_config.is_push
-        or settings.lease_flush_s(peered) <= 0
-    ):
-        return 0.0
-    return settings.flush_s()
 
 
 class Dispatcher:
@@ -84,11 +62,6 @@ class Dispatcher:
         self._cond = threading.Condition()
         self._pulls: list[PullRequest] = []
         self._acks: list[AckRequest] = []
-        # When the queued acks must be planned (time.monotonic(); inf: none queued):
-        # plain acks may wait for the next cycle (``ack_hold_s``), the others may not.
-        self._acks_due = math.inf
-        # When the waiting loop wakes by itself (-inf while it is not waiting).
-        self._sleep_until = -math.inf
         self._truncates: list[TruncateRequest | SeekRequest | FlushRequest] = []
         # The cycle under way applies deadline changes (``_answered``).
         self._changing = False
@@ -121,14 +94,6 @@ class Dispatcher:
                     return
             elif isinstance(request, AckRequest):
                 self._acks.append(request)
-                hold_s = ack_hold_s(
-                    request, self.subscription, self._settings, self._context.peered()
-                )
-                self._acks_due = min(self._acks_due, time.monotonic() + hold_s)
-                if hold_s > 0:  # it joins the next cycle; wake only if none comes in time
-                    if self._acks_due < self._sleep_until:
-                        self._cond.notify()
-                    return
                 # An ack frees nothing to deliver, except the next message of an
                 # ordering key; a nack, deadline change or release may.
                 if request.deadline_s is not None or self.subscription.enable_message_ordering:
@@ -207,32 +172,29 @@ class Dispatcher:
                 with self._cond:
                     while not self._stopped:
                         now = time.monotonic()
-                        if self._truncates or (self._acks and now >= self._acks_due):
+                        if self._acks or self._truncates:
                             break
                         if self._pulls and (self._nudged or now >= self._poll_at):
                             break
                         flush_at = self._tables.flush_at()
                         if now >= flush_at:  # deferred lease changes are due
                             break
-                        idle = now - last_work > self._settings.worker_idle_exit_s
-                        if idle and not (self._pulls or self._acks):
+                        if not self._pulls and now - last_work > self._settings.worker_idle_exit_s:
                             self._stopped = True
                             break
                         timeout = self._poll_at - now if self._pulls else 1.0
                         earliest = min((p.wait_until for p in self._pulls), default=None)
                         if earliest is not None:
                             timeout = min(timeout, earliest - now)
-                        timeout = max(0.001, min(timeout, flush_at - now, self._acks_due - now))
+                        timeout = min(timeout, flush_at - now)
                         waiting = bool(self._pulls)
-                        self._sleep_until = now + timeout
-                        self._cond.wait(timeout=timeout)
-                        self._sleep_until = -math.inf
+                        self._cond.wait(timeout=max(0.001, timeout))
                         if waiting:  # a pull waiting without cycles is not idleness
                             last_work = time.monotonic()
                         self._expire_waiting_pulls(time.monotonic())
                     if self._stopped:
                         return
-                    acks, self._acks, self._acks_due = self._acks, [], math.inf
+                    acks, self._acks = self._acks, []
                     self._changing = any(a.deadline_s is not None for a in acks)
                     truncates, self._truncates = self._truncates, []
                     # A pull its caller withdrew (future cancelled) leases nothing.
@@ -344,45 +306,35 @@ class Dispatcher:
         self._hand_out(deliveries, sum(p.max_messages for p in pulls))
 
     def _hand_out(self, deliveries: Received, demand: int) -> None:
-        """Each waiting pull takes its share (``shares``); what no pull took is released."""
+        """Each waiting pull takes its share, in order. The share of a pull withdrawn
+        meanwhile (its future cancelled) is released, not given to another pull: it
+        was leased for that pull's deadline."""
         now = time.monotonic()
+        unseen: list[ReceivedMessage] = []
+        answers: list[tuple[PullRequest, Received]] = []
         with self._cond:
             if demand:  # a nudge during the cycle has cleared _nudged's reason to trust this
                 self._dry = len(deliveries) < demand and not self._nudged
-            served, answers, unseen = shares(self._pulls, deliveries, now)
+            served = []
+            for pull in self._pulls:
+                take, deliveries = deliveries[: pull.max_messages], deliveries[pull.max_messages :]
+                if not (take or (pull.planned and pull.wait_until <= now)):
+                    continue
+                served.append(pull)
+                # Once running, the future can no longer be cancelled: a caller that
+                # withdraws it later releases what it got (Engine.withdraw).
+                if pull.future.set_running_or_notify_cancel():
+                    answers.append((pull, take))
+                else:
+                    unseen += take
             self._pulls = [p for p in self._pulls if p not in served]
+            unseen += deliveries  # a pull that left between planning and now
             if unseen:
                 ack_ids = [AckId.parse(r.ack_id) for r in unseen]
                 self._acks.append(AckRequest(ack_ids, RELEASE))
-                self._acks_due = now
                 self._cond.notify()
         for pull, take in answers:  # outside the lock: callbacks run here
             pull.future.set_result(take)
             metrics.PULL_ANSWER_MESSAGES.observe(len(take))
         metrics.DELIVERED.inc(sum(len(take) for _, take in answers))
         metrics.RELEASED.inc(len(unseen))
-
-
-def shares(
-    pulls: list[PullRequest], deliveries: Received, now: float
-) -> tuple[list[PullRequest], list[tuple[PullRequest, Received]], list[ReceivedMessage]]:
-    """Each waiting pull takes its share of ``deliveries``, in order: the pulls
-    served, each answer, and what no pull took. A pull with nothing is served only
-    once its wait is over. The share of a pull withdrawn meanwhile (its future
-    cancelled) is not given to another pull: it was leased for that pull's deadline."""
-    unseen: list[ReceivedMessage] = []
-    answers: list[tuple[PullRequest, Received]] = []
-    served = []
-    for pull in pulls:
-        take, deliveries = deliveries[: pull.max_messages], deliveries[pull.max_messages :]
-        if not (take or (pull.planned and pull.wait_until <= now)):
-            continue
-        served.append(pull)
-        # Once running, the future can no longer be cancelled: a caller that
-        # withdraws it later releases what it got (Engine.withdraw).
-        if pull.future.set_running_or_notify_cancel():
-            answers.append((pull, take))
-        else:
-            unseen += take
-    unseen += deliveries  # a pull that left between planning and now
-    return served, answers, unseen
