@@ -35,7 +35,7 @@ from lakepubsub.peering.peers import Peering
 from lakepubsub.peering.routing import Route, owner_of
 from lakepubsub.publish.batches import Batch, from_messages
 from lakepubsub.publish.intake import Intake
-from lakepubsub.publish.messages_table import MessagesTable
+from lakepubsub.publish.messages_table import MessagesTable, create_table
 from lakepubsub.publish.publishers import Publishers
 from lakepubsub.resources import catalog as cat
 from lakepubsub.resources.directory import Directory, now_us, topic_of
@@ -180,7 +180,7 @@ class Engine(Rooms):
         """Create a topic; ``AlreadyExists`` if the name is taken."""
         topic = topic.validated()
         uid = uuid.uuid4().hex
-        table = MessagesTable.create(self.lake, uid)
+        table = create_table(self.lake, uid)
         if self.intake is not None:
             self.intake.created(table)
         now = now_us()

@@ -13,7 +13,7 @@ from support import LakeSpec
 from lakepubsub import metrics
 from lakepubsub._lake import Lake, table_schemas
 from lakepubsub.publish.decoded import DECODED, READ_AHEAD, DecodedFiles, ReadAhead
-from lakepubsub.publish.messages_table import MessagesTable
+from lakepubsub.publish.messages_table import MessagesTable, create_table
 from lakepubsub.settings import Settings
 
 NOW_US = 1_700_000_000_000_000
@@ -48,7 +48,7 @@ def _hits() -> tuple[float, float]:
 
 def test_a_read_of_what_this_process_wrote_decodes_nothing(tmp_path: Path) -> None:
     lake = Lake(Settings(lake=str(tmp_path)))
-    MessagesTable.create(lake, "t")
+    create_table(lake, "t")
     writer = MessagesTable(lake, "t")
     for i in range(3):
         writer.append(_batch(i * 100, 100), app_id="test", txn_version=i)
@@ -105,7 +105,7 @@ def test_a_reader_of_ranges_on_s3_finds_the_next_files_decoded(lake: LakeSpec) -
     reads of them then decode nothing and answer the same rows. A local lake reads
     nothing ahead (there a decode is CPU, which another thread only moves)."""
     store = Lake(lake.settings())
-    MessagesTable.create(store, "t")
+    create_table(store, "t")
     writer = MessagesTable(store, "t")
     for i in range(4):
         writer.append(_batch(i * 100, 100), app_id="test", txn_version=i)
@@ -161,7 +161,7 @@ def test_files_too_big_to_keep_decoded_are_not_read_ahead(lake: LakeSpec, monkey
     # A file read ahead is decoded whole: one too big to keep would be read twice.
     monkeypatch.setattr("lakepubsub.publish.messages_table.READ_AHEAD_FILE_BYTES", 1)
     store = Lake(lake.settings())
-    MessagesTable.create(store, "t")
+    create_table(store, "t")
     writer = MessagesTable(store, "t")
     for i in range(2):
         writer.append(_batch(i * 100, 100), app_id="test", txn_version=i)
@@ -175,7 +175,7 @@ def test_files_too_big_to_keep_decoded_are_not_read_ahead(lake: LakeSpec, monkey
 
 def test_a_range_is_cut_from_files_in_or_out_of_offset_order(tmp_path: Path) -> None:
     lake = Lake(Settings(lake=str(tmp_path)))
-    MessagesTable.create(lake, "t")
+    create_table(lake, "t")
     writer = MessagesTable(lake, "t")
     writer.append(_batch(0, 100), app_id="test", txn_version=0)
     # Another writer may leave a file's rows out of offset order: it is filtered, not cut.

@@ -92,18 +92,6 @@ class MessagesTable:
         self._generation = -1
         self._head = 0
 
-    @staticmethod
-    def create(lake: Lake, topic_uid: str) -> MessagesTable:
-        """Make the topic's table; a handle on it as made (no intake rows), read
-        with no request."""
-        made = lake.create(
-            lake.messages_uri(topic_uid),
-            table_schemas.MESSAGES,
-            configuration=table_schemas.MESSAGES_PROPERTIES,
-            description="lakepubsub messages",
-        )
-        return MessagesTable(lake, topic_uid, overlay=False, opened=made)
-
     @property
     def version(self) -> int:
         return self._log.version
@@ -374,6 +362,18 @@ class MessagesTable:
             return log.commit_rebasing(actions, operation=operation, parameters=parameters)
         finally:
             self._sync()
+
+
+def create_table(lake: Lake, topic_uid: str) -> MessagesTable:
+    """Make the topic's messages table; a handle on it as made (no intake rows),
+    read with no request."""
+    made = lake.create(
+        lake.messages_uri(topic_uid),
+        table_schemas.MESSAGES,
+        configuration=table_schemas.MESSAGES_PROPERTIES,
+        description="lakepubsub messages",
+    )
+    return MessagesTable(lake, topic_uid, overlay=False, opened=made)
 
 
 def numbered(columns: pa.Table, head: int) -> pa.Table:
