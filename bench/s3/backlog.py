@@ -50,7 +50,7 @@ def run(files: int, profile: str, runs: int) -> list[BacklogResult]:
         lake = Lake(
             Settings(lake=f"s3://{moto.bucket}/{uuid.uuid4().hex}", storage_options=options)
         )
-        MessagesTable.create(lake, "backlog")
+        tables.create_table(lake, "backlog")
         writer = MessagesTable(lake, "backlog")
         data = [os.urandom(PAYLOAD_BYTES) for _ in range(RANGE)]
         for i in range(files):
