@@ -101,8 +101,12 @@ def test_the_load_reaches_grpcio_on_its_own_port() -> None:
     assert (result.publish["acked"], result.publish["failures"]) == (80, 0), result.publish
     assert result.delivery["distinct"] == 80, result.delivery
     assert result.commits.get("intake", 0.0) + result.commits.get("messages", 0.0) > 0
+    # one Publish call a message (single), counted by the server's own metrics
+    assert result.calls["google.pubsub.v1.Publisher/Publish"] == 80, result.calls
     row = load_report([result], "zero", "go", grpc_port=True)
     assert "`lakepubsub serve --grpc-port`" in "\n".join(row)
+    assert "google.pubsub.v1.Publisher/Publish 1.00" in "\n".join(row)
+    assert any(line.startswith("Top request patterns of the steady window") for line in row)
     with pytest.raises(ValueError, match="one process"):
         load("both", 1, 10.0, 1.0, single=True, profile="zero", workers=2, grpc_port=True)
 
@@ -121,4 +125,5 @@ def test_the_load_runs_on_two_workers_and_counts_both_processes_cpu() -> None:
     assert result.commits == {}
     row = load_report([result], "zero", "go", workers=2)
     assert "`lakepubsub serve --workers 2`" in "\n".join(row)
-    assert "| n/a | n/a | n/a |" in row[-1]
+    assert any("| n/a | n/a | n/a |" in line for line in row), row
+    assert result.calls == {}  # one worker's metrics cannot give them
