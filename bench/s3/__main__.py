@@ -454,14 +454,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         workers=args.workers, grpc_port=args.grpc_port,
     )  # fmt: skip
     batched = f"1 topic, {rate:.0f} msgs/s, batched"
-    many_topics = partial(
-        run, f"{topics} topics x {small:.0f} msgs/s, single", topics, topics * small,
-        single=True, env=base_env,
-    )  # fmt: skip
-    loads = [] if not cases & {"load", "many"} else [
-        *([run(batched, 1, rate, single=False, env=base_env)] if "load" in cases else []),
-        many_topics(),
-    ]  # fmt: skip
+    loading = cases & {"load", "many", "flush"}  # cases that run clients against a server
+    loads = []
+    if "load" in cases:
+        loads.append(run(batched, 1, rate, single=False, env=base_env))
+    if cases & {"load", "many"}:
+        spread = f"{topics} topics x {small:.0f} msgs/s, single"
+        loads.append(run(spread, topics, topics * small, single=True, env=base_env))
     lines += load_report(loads, args.profile, args.client, args.workers, args.grpc_port)
     if "flush" in cases:
         windows = [float(w) for w in args.flush_windows.split(",")]
@@ -482,11 +481,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         name += "-intake"
     if hot:
         name += "-intake-express"
-    if args.client == "go" and cases & {"load", "many", "flush"}:
+    if args.client == "go" and loading:
         name += "-go"
-    if args.workers > 1 and cases & {"load", "many", "flush"}:
+    if args.workers > 1 and loading:
         name += f"-workers{args.workers}"
-    if args.grpc_port and cases & {"load", "many", "flush"}:
+    if args.grpc_port and loading:
         name += "-grpc-port"
     out.write(args.out, f"{name}.md", lines)
 

@@ -224,7 +224,7 @@ class LeaseTable:
         rows_add: dict[str, dict[str, str]] | None,
         keys: list[Key],
         blocks: list[Block],
-        cursor_written: bool,
+        cursor_in_rows: bool,
     ) -> None:
         written = set(keys)
         block_ids = {b.id for b in blocks}
@@ -243,9 +243,9 @@ class LeaseTable:
             self._file_of[CURSOR_KEY] = cursor_path
         if rows_add is not None:
             path = rows_add["add"]["path"]
-            self._keys_in[path] = written | {CURSOR_KEY} if cursor_written else written
+            self._keys_in[path] = written | {CURSOR_KEY} if cursor_in_rows else written
             self._file_of.update(dict.fromkeys(keys, path))
-            if cursor_written:
+            if cursor_in_rows:
                 self._file_of[CURSOR_KEY] = path
             self._blocks_in[path] = block_ids
             self._block_file.update(dict.fromkeys(block_ids, path))
