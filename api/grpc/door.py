@@ -68,6 +68,10 @@ SERVER_OPTIONS = [
 M = TypeVar("M", bound=Message)
 T = TypeVar("T", bound=BaseModel)
 Handler = Callable[[Any, Any, "Call"], Awaitable[Message | bytes]]
+# A method's request from its bytes, where ``parse`` is not enough.
+Reader = Callable[[bytes], Any]
+# Services' methods by name: the request's message type (or reader) and the handler.
+Methods = dict[str, dict[str, tuple[type[Message] | Reader, Handler]]]
 # Builds the server's method handlers for a door (``api.grpc.services.handlers``).
 HandlerFactory = Callable[["GrpcDoor"], list[grpc.GenericRpcHandler]]
 
@@ -303,19 +307,32 @@ def parse(request_type: type[M], raw: bytes) -> M:
     """A request from its bytes; malformed ones are INVALID_ARGUMENT (grpcio's own
     deserializer failure would answer INTERNAL), and so are ones with a field that
     the message does not have (protobuf would keep it and we would ignore it)."""
+    request = decoded(request_type, raw)
+    check_known(request, raw)
+    return request
+
+
+def decoded(request_type: type[M], raw: bytes) -> M:
+    """A request from its bytes, with no check of its fields; malformed ones are
+    INVALID_ARGUMENT."""
     try:
-        request = request_type.FromString(raw)
+        return request_type.FromString(raw)
     except DecodeError as exc:
         raise errors.InvalidArgument(f"malformed {request_type.DESCRIPTOR.name}: {exc}") from exc
+
+
+def check_known(request: Message, raw: bytes) -> None:
+    """INVALID_ARGUMENT naming the first field of ``request`` (decoded from ``raw``)
+    that its message type does not have, if there is one."""
     # Whether there is one at all, in C: dropping unknown fields changes the size
     # (half the cost of walking a publish request's messages in Python); the walk
     # then names it.
     size = request.ByteSize()
     request.DiscardUnknownFields()
     if request.ByteSize() != size:
-        unknown = _unknown_field(request_type.FromString(raw), request_type.DESCRIPTOR.name)
+        name = request.DESCRIPTOR.name
+        unknown = _unknown_field(type(request).FromString(raw), name)
         raise errors.InvalidArgument(unknown or "Invalid request: unknown field")
-    return request
 
 
 def _unknown_field(message: Message, at: str) -> str | None:
@@ -374,11 +391,17 @@ def _nested_fields(descriptor: Descriptor) -> tuple[tuple[str, str], ...]:
 
 
 def unary(
-    door: GrpcDoor, method: str, request_type: type[Message], handler: Handler
+    door: GrpcDoor, method: str, request_type: type[Message] | Reader, handler: Handler
 ) -> grpc.RpcMethodHandler[Any, Any]:
+    """A unary method: its request read by ``parse`` (or by ``request_type`` itself, a
+    reader of the method's own: ``api/grpc/publish_request.py``), then ``handler``."""
+    read: Reader = (
+        functools.partial(parse, request_type) if isinstance(request_type, type) else request_type
+    )
+
     async def behavior(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Message | bytes:
         try:
-            request = parse(request_type, raw)
+            request = read(raw)
             response = await handler(door, request, Call(door, context))
         except Exception as exc:
             failure = failure_of(exc, method)

@@ -14,7 +14,16 @@ from google.protobuf.message import Message
 from google.pubsub_v1.types import schema as sc
 
 from api import schema_calls as calls
-from api.grpc.door import Call, GrpcDoor, Handler, as_dict, from_dict, project_of, validated
+from api.grpc.door import (
+    Call,
+    GrpcDoor,
+    Handler,
+    Methods,
+    as_dict,
+    from_dict,
+    project_of,
+    validated,
+)
 from api.grpc.wire import pb
 from api.models import Model
 from lakepubsub.schemas.registry import parse_revision_name
@@ -131,7 +140,7 @@ def _spec(request: str, rule: str, where: str, arguments: Any, response: Any) ->
     return _Method(pb(getattr(sc, request)), rule, call, where, arguments, response)
 
 
-METHODS: dict[str, dict[str, tuple[type[Message], Handler]]] = {
+METHODS: Methods = {
     SCHEMA_SERVICE: {
         method: (spec.request, _handler(method, spec))
         for method, spec in ((m, _spec(*row)) for m, row in _SPECS.items())
