@@ -11,7 +11,8 @@ package main
 //     with -single one message per request. Each carries its scheduled time
 //     (attribute sent-ns, Unix nanoseconds). Prints {"sent", "acked",
 //     "failures", "failure_kinds", "ack_ms": {"p50", "p99"} from schedule to
-//     answer, "finished_behind_s", "cpu_s"}.
+//     answer, "ack_p50_ms_by_window": the median of each 5 s of the schedule,
+//     "finished_behind_s", "cpu_s"}.
 //   - s3subscribe: one StreamingPull stream per subscription of -subscriptions,
 //     acking each message; prints "ready" once the streams are asked for, then,
 //     when -messages distinct messages arrived (or none came for stallAfter, or
@@ -37,6 +38,9 @@ const (
 	stallAfter = 30 * time.Second
 	// The last answers and duplicates that follow the end.
 	s3Linger = time.Second
+	// The publish latency's median is also reported per this much of the schedule
+	// (bench/s3/load.py's WINDOW_S): whether a run fell behind from its start or later.
+	s3Window = 5 * time.Second
 )
 
 // quantiles is {"p50", "p99"} as bench/report.py's quantile picks them (index int(q*n)).
@@ -80,6 +84,7 @@ func s3Publish(ctx context.Context, o options, topics []string) error {
 	latencies := make([]float64, 0, o.messages)
 	kinds := map[string]int{}
 	failures := 0
+	var byBucket [][]float64
 	interval := float64(time.Second) / o.rate
 	start, cpu := time.Now(), cpuSeconds()
 	for i := range o.messages {
@@ -102,6 +107,11 @@ func s3Publish(ctx context.Context, o options, topics []string) error {
 				return
 			}
 			latencies = append(latencies, ms(answered.Sub(due)))
+			b := int(due.Sub(start) / s3Window)
+			for len(byBucket) <= b {
+				byBucket = append(byBucket, nil)
+			}
+			byBucket[b] = append(byBucket[b], ms(answered.Sub(due)))
 		})
 	}
 	wg.Wait()
@@ -113,11 +123,19 @@ func s3Publish(ctx context.Context, o options, topics []string) error {
 		kindList = append(kindList, k)
 	}
 	sort.Strings(kindList)
+	byWindow := make([]float64, len(byBucket))
+	for k, b := range byBucket {
+		byWindow[k] = quantiles(b)["p50"]
+	}
 	printJSON(map[string]any{
-		"sent": o.messages, "acked": len(latencies), "failures": failures,
-		"failure_kinds": kindList, "ack_ms": quantiles(latencies),
-		"finished_behind_s": time.Since(start).Seconds() - o.duration.Seconds(),
-		"cpu_s": cpuSeconds() - cpu,
+		"sent":                 o.messages,
+		"acked":                len(latencies),
+		"failures":             failures,
+		"failure_kinds":        kindList,
+		"ack_ms":               quantiles(latencies),
+		"ack_p50_ms_by_window": byWindow,
+		"finished_behind_s":    time.Since(start).Seconds() - o.duration.Seconds(),
+		"cpu_s":                cpuSeconds() - cpu,
 	})
 	return nil
 }

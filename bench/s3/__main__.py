@@ -352,8 +352,19 @@ def load_report(
         )
     for r in results:
         lines += _calls(r)
+        lines += _by_window(r)
         lines += _steady_patterns(r)
     return lines
+
+
+def _by_window(result: LoadResult) -> list[str]:
+    """The publish latency's median for each 5 s of the publisher's schedule: a run
+    that falls behind from its first seconds (first reads, start-up) or tips later."""
+    medians = result.publish.get("ack_p50_ms_by_window")
+    if not isinstance(medians, list) or not medians:
+        return []
+    each = ", ".join("-" if m < 0 else f"{m:,.0f}" for m in medians)
+    return ["", f"Publish p50 (ms) by 5 s of the schedule, {result.label}: {each}."]
 
 
 def _calls(result: LoadResult) -> list[str]:

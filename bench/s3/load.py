@@ -38,6 +38,9 @@ PAYLOAD = b"x" * 1024
 NS_PER_MS = 1_000_000
 # The subscriber gives up this long after the last new message.
 STALL_S = 30.0
+# The publish latency's median is also reported per this much of the schedule
+# (the Go client's s3Window): whether a run fell behind from its start or later.
+WINDOW_S = 5.0
 
 
 def _quantiles(values: list[float]) -> dict[str, float]:
@@ -51,8 +54,10 @@ def publish(host: str, topics: list[str], rate: float, seconds: float, single: b
     unbatched = [pubsub_v1.types.BatchSettings(max_messages=1)] if single else []
     publisher = pubsub_v1.PublisherClient(*unbatched)
     latencies: list[float] = []
+    by_window: dict[int, list[float]] = {}
     failures: list[str] = []
     lock = threading.Lock()
+    start = time.monotonic_ns()
 
     def done(scheduled: int):  # type: ignore[no-untyped-def]
         def record(future) -> None:  # type: ignore[no-untyped-def]
@@ -60,7 +65,10 @@ def publish(host: str, topics: list[str], rate: float, seconds: float, single: b
             with lock:
                 try:
                     future.result()
-                    latencies.append((answered - scheduled) / NS_PER_MS)
+                    latency = (answered - scheduled) / NS_PER_MS
+                    latencies.append(latency)
+                    window = int((scheduled - start) / 1e9 // WINDOW_S)
+                    by_window.setdefault(window, []).append(latency)
                 except Exception as exc:  # counted and reported
                     failures.append(type(exc).__name__)
 
@@ -68,7 +76,6 @@ def publish(host: str, topics: list[str], rate: float, seconds: float, single: b
 
     total = int(rate * seconds)
     interval_ns = int(1e9 / rate)
-    start = time.monotonic_ns()
     futures = []
     for i in range(total):
         scheduled = start + i * interval_ns
@@ -91,6 +98,10 @@ def publish(host: str, topics: list[str], rate: float, seconds: float, single: b
             "failures": len(failures),
             "failure_kinds": sorted(set(failures)),
             "ack_ms": _quantiles(latencies),
+            "ack_p50_ms_by_window": [
+                statistics.median(by_window.get(w, [-1.0]))
+                for w in range(max(by_window, default=-1) + 1)
+            ],
             "finished_behind_s": behind_s,
         }
     print(orjson.dumps(summary).decode(), flush=True)
