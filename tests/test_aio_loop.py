@@ -8,9 +8,11 @@ import threading
 from pathlib import Path
 
 import pytest
+import uvloop
 
 from api.app import create_app
-from lakepubsub.aio_loop import SharedLoop
+from lakepubsub import settings
+from lakepubsub.aio_loop import SharedLoop, new_event_loop
 
 
 def _threads(name: str) -> list[threading.Thread]:
@@ -63,6 +65,7 @@ def test_a_server_runs_its_grpc_door_and_peer_server_on_one_loop(
             assert door.loop is peering._loop
             on = await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_here(), door.loop))
             assert on.name == "grpc-aio"
+            assert isinstance(door.loop, uvloop.Loop)  # installed here, so the default
             assert len(_threads("grpc-aio")) == len(before) + 1
             seen.update(thread=on, loop=door.loop)
 
@@ -70,3 +73,29 @@ def test_a_server_runs_its_grpc_door_and_peer_server_on_one_loop(
     thread, loop = seen["thread"], seen["loop"]
     assert isinstance(thread, threading.Thread) and not thread.is_alive()
     assert isinstance(loop, asyncio.AbstractEventLoop) and loop.is_closed()
+
+
+@pytest.mark.parametrize(
+    ("value", "kind"), [("", uvloop.Loop), ("uvloop", uvloop.Loop), (" AsyncIO ", None)]
+)
+def test_the_loop_is_the_kind_the_setting_names(
+    value: str, kind: type | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LAKEPUBSUB_GRPC_LOOP", value)
+    loop = new_event_loop()
+    try:
+        if kind is None:
+            assert not isinstance(loop, uvloop.Loop)
+            assert isinstance(loop, asyncio.BaseEventLoop)
+        else:
+            assert isinstance(loop, kind)
+        assert loop.run_until_complete(_here()) is threading.current_thread()
+    finally:
+        loop.close()
+
+
+def test_an_unknown_loop_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="LAKEPUBSUB_GRPC_LOOP must be one of uvloop, asyncio"):
+        settings.grpc_loop({"LAKEPUBSUB_GRPC_LOOP": "trio"})
+    assert settings.grpc_loop({}) == "uvloop"
+    assert settings.grpc_loop({"LAKEPUBSUB_GRPC_LOOP": "asyncio"}) == "asyncio"

@@ -7,6 +7,7 @@ server's and the job schedule's are beside it (``push``, ``peering``,
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -33,6 +34,26 @@ _AWS_VARIABLES = (
     # delta-rs's switch for S3 Express One Zone directory buckets (session auth).
     "AWS_S3_EXPRESS",
 )
+
+
+GRPC_LOOPS = ("uvloop", "asyncio")
+
+
+def grpc_loop(environ: Mapping[str, str] | None = None) -> str:
+    """The event loop grpc.aio runs on (``lakepubsub/aio_loop.py``):
+    ``LAKEPUBSUB_GRPC_LOOP``, "uvloop" or "asyncio"; unset, uvloop where it is
+    installed. A process reads it once, when its loop starts."""
+    env = os.environ if environ is None else environ
+    value = env.get("LAKEPUBSUB_GRPC_LOOP", "").strip().lower()
+    if not value:
+        return "uvloop" if importlib.util.find_spec("uvloop") is not None else "asyncio"
+    if value not in GRPC_LOOPS:
+        raise ValueError(
+            f"LAKEPUBSUB_GRPC_LOOP must be one of {', '.join(GRPC_LOOPS)}, got {value!r}"
+        )
+    if value == "uvloop" and importlib.util.find_spec("uvloop") is None:
+        raise ValueError("LAKEPUBSUB_GRPC_LOOP=uvloop, but uvloop is not installed")
+    return value
 
 
 def wall_clock_us() -> int:
