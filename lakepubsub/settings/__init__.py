@@ -45,13 +45,14 @@ def grpc_loop(environ: Mapping[str, str] | None = None) -> str:
     installed. A process reads it once, when its loop starts."""
     env = os.environ if environ is None else environ
     value = env.get("LAKEPUBSUB_GRPC_LOOP", "").strip().lower()
+    installed = importlib.util.find_spec("uvloop") is not None
     if not value:
-        return "uvloop" if importlib.util.find_spec("uvloop") is not None else "asyncio"
+        return "uvloop" if installed else "asyncio"
     if value not in GRPC_LOOPS:
         raise ValueError(
             f"LAKEPUBSUB_GRPC_LOOP must be one of {', '.join(GRPC_LOOPS)}, got {value!r}"
         )
-    if value == "uvloop" and importlib.util.find_spec("uvloop") is None:
+    if value == "uvloop" and not installed:
         raise ValueError("LAKEPUBSUB_GRPC_LOOP=uvloop, but uvloop is not installed")
     return value
 
