@@ -8,7 +8,9 @@ from collections.abc import Iterator
 import pytest
 from support import LakeSpec, MotoServer
 
+from bench.harness.s3_proxy import S3Proxy
 from lakepubsub import Engine
+from lakepubsub._lake import Lake
 
 
 @pytest.fixture(scope="session")
@@ -25,6 +27,15 @@ def lake(request: pytest.FixtureRequest, tmp_path: object) -> LakeSpec:
         return LakeSpec(str(tmp_path), {})
     server: MotoServer = request.getfixturevalue("moto_server")
     return LakeSpec(f"s3://{server.bucket}/{uuid.uuid4().hex}", server.storage_options)
+
+
+@pytest.fixture
+def proxied_lake(moto_server: MotoServer) -> Iterator[tuple[Lake, S3Proxy]]:
+    """A fresh lake on the moto bucket, reached through a proxy that counts requests."""
+    with S3Proxy(moto_server.endpoint) as proxy:
+        options = {**moto_server.storage_options, "AWS_ENDPOINT_URL": proxy.endpoint}
+        spec = LakeSpec(f"s3://{moto_server.bucket}/{uuid.uuid4().hex}", options)
+        yield Lake(spec.settings()), proxy
 
 
 @pytest.fixture

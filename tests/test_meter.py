@@ -4,25 +4,13 @@ at S3 Standard list prices."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-
 import pytest
-from support import LakeSpec, MotoServer
 
 from bench.harness.s3_proxy import S3Proxy
 from lakepubsub._lake import Lake
 from lakepubsub._lake.meter import METER, cost_usd, kind_of
 
 pytestmark = pytest.mark.s3
-
-
-@pytest.fixture
-def proxied_lake(moto_server: MotoServer) -> Iterator[tuple[Lake, S3Proxy]]:
-    with S3Proxy(moto_server.endpoint) as proxy:
-        options = {**moto_server.storage_options, "AWS_ENDPOINT_URL": proxy.endpoint}
-        spec = LakeSpec(f"s3://{moto_server.bucket}/{uuid.uuid4().hex}", options)
-        yield Lake(spec.settings()), proxy
 
 
 def test_the_meter_counts_each_request_by_kind_as_the_proxy_sees_it(

@@ -32,8 +32,6 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import pyarrow as pa
 from deltalake.exceptions import CommitFailedError
-from deltalake.fs import DeltaStorageHandler
-from pyarrow.fs import PyFileSystem
 
 from lakepubsub import constants, errors
 from lakepubsub._lake import checkpointer, checkpoints
@@ -110,7 +108,6 @@ class LogView:
         # to them in ``files`` costs a step per older file, every commit.
         self.added: list[DataFile] = []
         self.generation = 0
-        self._filesystem: Any = None
         self._checkpoint_interval = int(constants.CHECKPOINT_INTERVAL)
         self._checkpoint_version = -1
         self._checkpoint_at = 0.0
@@ -194,18 +191,10 @@ class LogView:
     def open_file(self, relative: str) -> Any:
         """A data file as ``pyarrow.parquet`` takes it: a local path, or an S3 input file."""
         if self._lake.is_s3:
-            kept = self._lake.objects.written.get(self.path_of(relative))
-            if kept is not None:  # written by this process: no HEAD and GETs
-                return pa.BufferReader(kept)
-            return self._table_filesystem().open_input_file(relative)
+            entry = self.files.get(relative)
+            size = entry.size if entry is not None else None
+            return self._lake.objects.open_read(self.path_of(relative), size)
         return self.path_of(relative)
-
-    def _table_filesystem(self) -> Any:
-        """A pyarrow filesystem rooted at the table (S3 only; local paths are absolute)."""
-        if self._filesystem is None:
-            options = dict(self._lake.storage_options or {})
-            self._filesystem = PyFileSystem(DeltaStorageHandler(self.uri, options))
-        return self._filesystem
 
     def _apply(self, actions: list[dict[str, Any]]) -> None:
         changed = False
