@@ -189,7 +189,8 @@ class LogView:
         return f"{self.uri}/{relative}"
 
     def open_file(self, relative: str) -> Any:
-        """A data file as ``pyarrow.parquet`` takes it: a local path, or an S3 input file."""
+        """A data file as ``pyarrow.parquet`` takes it: a local path, or on S3 the file
+        read through obstore with the size its add action gives (``Objects.open_read``)."""
         if self._lake.is_s3:
             entry = self.files.get(relative)
             size = entry.size if entry is not None else None
