@@ -138,10 +138,11 @@ class Objects:
         """A data file for ``pyarrow.parquet`` to read (S3 only; ``size`` from its add
         action when known, else a HEAD finds it).
 
-        Not delta-rs's ``DeltaStorageHandler`` filesystem: its calls hold the
-        interpreter lock while they wait on S3 (a HEAD, then a GET per range read,
-        20-50 ms each on S3 Standard), so one reader stalled every thread of the
-        process. obstore waits without it, and a small file takes one request.
+        Not delta-rs's ``DeltaStorageHandler`` filesystem: it keeps the interpreter
+        lock while it is made and through most of its HEAD (20-50 ms on S3
+        Standard), then reads in two more requests, so readers stalled every
+        thread of the process. obstore waits without the lock, and a small file
+        takes one request.
         """
         kept = self.written.get(uri)
         if kept is not None:  # written by this process: no request
