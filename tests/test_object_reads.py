@@ -14,6 +14,7 @@ import pytest
 from bench.harness.s3_proxy import S3Proxy
 from lakepubsub import errors
 from lakepubsub._lake import Lake, objects
+from lakepubsub._lake.objects import split_s3
 from lakepubsub._lake.storage import storage_errors
 
 pytestmark = pytest.mark.s3
@@ -33,7 +34,7 @@ def _parquet() -> tuple[pa.Table, bytes]:
 def _stored(lake: Lake, data: bytes) -> str:
     """``data`` at a fresh key, written by another client (this process keeps nothing)."""
     uri = lake.uri("topics", uuid.uuid4().hex, "part-0.parquet")
-    bucket, key = uri.removeprefix("s3://").split("/", 1)
+    bucket, key = split_s3(uri)
     lake.s3_client().put_object(Bucket=bucket, Key=key, Body=data)
     return uri
 
