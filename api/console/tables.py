@@ -15,7 +15,6 @@ from typing import NamedTuple
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from lakepubsub._lake import Lake, TableLog, storage_errors, table_schemas
 from lakepubsub.delivery.leases import LEASED, LeaseState
@@ -172,7 +171,7 @@ class TopicReader:
             return found
         reads.left -= 1
         with storage_errors(self.log.uri):
-            rows = pq.read_table(self.log.open_file(f.path), columns=["offset", "size"])
+            rows = self.log.parquet(f.path).read(columns=["offset", "size"])
         offsets: list[int] = rows["offset"].to_pylist()
         sizes: list[int] = rows["size"].to_pylist()
         if offsets != list(range(f.lo, f.hi + 1)):  # not contiguous: place each by offset
@@ -195,11 +194,8 @@ class TopicReader:
         if j < 0 or self._files[j].hi < offset:
             return None
         with storage_errors(self.log.uri):
-            rows = pq.read_table(
-                self.log.open_file(self._files[j].path),
-                columns=["publish_time"],
-                filters=[("offset", "=", offset)],
-            )
+            rows = self.log.parquet(self._files[j].path).read(columns=["offset", "publish_time"])
+        rows = rows.filter(pc.equal(rows["offset"], offset))
         if not rows.num_rows:
             return None
         found = int(rows["publish_time"].cast(pa.int64())[0].as_py())
@@ -225,7 +221,7 @@ class LeaseReader:
             with storage_errors(self.log.uri):
                 for path in live:
                     if path not in self._files:
-                        rows = pq.read_table(self.log.open_file(path))
+                        rows = self.log.parquet(path).read()
                         self._files[path] = rows.select(table_schemas.LEASES.names).cast(
                             table_schemas.LEASES
                         )
@@ -277,7 +273,7 @@ class TruncationLog:
         found = {uid: list(rows) for uid, rows in self.by_subscription.items()}
         with storage_errors(self.log.uri):
             for f in fresh:
-                rows = pq.read_table(self.log.open_file(f.path))
+                rows = self.log.parquet(f.path).read()
                 columns = [
                     rows[name].to_pylist()
                     for name in ("subscription_uid", "reason", "first_offset", "end_offset")

@@ -26,7 +26,6 @@ from __future__ import annotations
 import time
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from lakepubsub import metrics
 from lakepubsub._lake import Lake, TableLog, storage_errors, table_schemas
@@ -93,7 +92,7 @@ class LeaseTable:
         parts = []
         with storage_errors(self.uri):
             for path in self._log.files:
-                rows = pq.read_table(self._log.open_file(path))
+                rows = self._log.parquet(path).read()
                 keys = set(zip(rows["kind"].to_pylist(), rows["offset"].to_pylist(), strict=True))
                 keys_in[path] = keys
                 file_of.update((key, path) for key in keys)

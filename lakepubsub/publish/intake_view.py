@@ -154,26 +154,24 @@ class IntakeView:
 
     def ranges_of(self, path: str) -> Ranges:
         """A file's topic ranges, from its rows (files found by a load carry no tags)."""
-        return intake_ranges.from_rows(
-            self._parquet(path, columns=["topic_uid", "offset", "publish_time"])
-        )
+        return intake_ranges.from_rows(self._parquet(path, ["topic_uid", "offset", "publish_time"]))
 
     def _read_file(self, path: str, topic_uid: str) -> pa.Table:
-        return _topic_rows(self._parquet(path, use_threads=False), topic_uid)
+        return _topic_rows(self._parquet(path), topic_uid)
 
-    def _parquet(self, path: str, **options: object) -> pa.Table:
+    def _parquet(self, path: str, columns: list[str] | None = None) -> pa.Table:
         """A live file's rows; a file missing is written again from its commit entry
         (its writer died, or failed to write it, after the entry landed)."""
         try:
             with storage_errors(self.uri):
-                return pq.read_table(self.log.open_file(path), **options)
+                return self.log.parquet(path).read(columns, use_threads=False)
         except errors.Unavailable:
             with storage_errors(self.uri):
                 missing = not self._lake.objects.exists(self.log.path_of(path))
             if not (missing and self.log.restore_file(path)):
                 raise
         with storage_errors(self.uri):
-            return pq.read_table(self.log.open_file(path), **options)
+            return self.log.parquet(path).read(columns, use_threads=False)
 
     # -- changes (one thread at a time) --------------------------------------------------------
 

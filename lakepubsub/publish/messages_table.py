@@ -411,7 +411,7 @@ def _read_ahead(log: TableLog, uri: str, later: list[tuple[int, int, int, str]])
 def _decode(log: TableLog, uri: str, path: str, lo: int | None, hi: int | None) -> pa.Table:
     """The rows of ``path``'s row groups that may hold ``[lo, hi)``; a file read whole
     is kept decoded (``DECODED``)."""
-    parquet = pq.ParquetFile(log.open_file(path))
+    parquet = log.parquet(path)
     groups = _row_groups(parquet.metadata, lo, hi)
     rows = (
         parquet.read(use_threads=False)
