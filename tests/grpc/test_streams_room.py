@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from api.grpc.streams import LEASE_SLACK_S, Lot, Streams
+from api.grpc.streams import LEASE_SLACK_S, SETTLED_GENERATION_IDS, Lot, Streams
 from lakepubsub.resources.names import SubscriptionName
 
 SUB = SubscriptionName("demo", "sub")
@@ -86,3 +86,16 @@ def test_a_change_after_the_ack_is_judged_by_the_lot_the_id_left() -> None:
         streams._rotate_at = 0.0
         streams.settled(["zz"])
     assert streams.changing(SUB, ["a1"], 60) == ["a1"]
+
+
+def test_a_generation_of_settled_ids_ends_at_its_size_as_well_as_its_time() -> None:
+    streams, stream = Streams(), Holder()
+    now = time.monotonic()
+    deliver(streams, stream, ["a1", "a2"], 0, now + 60, (60, now))
+    streams.settled(["a1"])
+    # Long before the slack is over, other settled ids fill two more generations and
+    # push the ack out: its receipt change goes on to the dispatcher, which answers it.
+    for n in range(3):
+        streams.settled([f"x{n}-{i}" for i in range(SETTLED_GENERATION_IDS)])
+        assert streams.changing(SUB, ["a1", "a2"], 60) == ([] if n < 2 else ["a1"])
+    assert time.monotonic() - now < LEASE_SLACK_S
