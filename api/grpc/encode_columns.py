@@ -20,7 +20,7 @@ default are left out, as protobuf does: empty data, no attributes, no ordering k
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -33,6 +33,9 @@ from lakepubsub.messages import Part, Received, ReceivedMessage, Run
 
 _BINARY = pa.binary()
 Ints = npt.NDArray[np.int64]
+Offsets = npt.NDArray[np.int32]
+Bytes = bytes | memoryview
+Cut = Callable[[int, int], Bytes]
 # A varint holds 7 bits a byte; lengths here stay far below 7 * _WIDEST bits.
 _WIDEST = 5
 _SHIFTS = np.arange(_WIDEST, dtype=np.int64) * 7
@@ -160,21 +163,34 @@ def _stamps(column: pa.Array) -> tuple[pa.Array, Ints]:
     return pa.array(encoded, _BINARY).take(pa.array(which)), sizes[which]
 
 
-def run_rows(run: Run, *, attempts: bool) -> tuple[memoryview, npt.NDArray[np.int32]]:
+def run_pieces(run: Run, *, attempts: bool) -> list[tuple[memoryview, Offsets]]:
     """A run's deliveries as ``received_messages`` entries (``encode.received_messages``
-    for a run: every delivery is the message's first attempt): their bytes end to end,
-    and where each starts (one more offset than deliveries, from 0)."""
-    table = run.table.combine_chunks()
+    for a run: every delivery is the message's first attempt), encoded at once: for
+    each chunk of the run's ``data`` column in turn, its deliveries' bytes end to end
+    and where each starts (one more offset than deliveries, from 0).
+
+    Every other column is joined into one chunk first (a few bytes a row), but not
+    the payloads: the final join reads them where they lie, chunk by chunk. A run
+    handed out by the dispatcher is cut from several files; joining its payloads
+    first copied them all once more, and encoding each chunk on its own paid the
+    fixed cost of some 60 numpy and Arrow calls once a chunk (``BULK_FROM``)."""
+    table = run.table
     n = table.num_rows
     if not n:
-        return memoryview(b""), np.zeros(1, np.int32)
+        return []
+    payloads = table.column("data")
+    if payloads.null_count:
+        payloads = payloads.fill_null(b"")
+    chunks = [c for c in payloads.chunks if len(c)]
+    data: pa.Array | pa.ChunkedArray = chunks[0] if len(chunks) == 1 else payloads
+    data_len = np.concatenate([_lengths(c) for c in chunks])
+    rest = table.drop_columns(["data"]).combine_chunks()
     acks = pa.array(run.ack_ids, pa.string())
-    data = _filled(table.column("data").chunk(0), b"")
-    ids = table.column("message_id").chunk(0)
-    keys = _filled(table.column("ordering_key").chunk(0), "")
-    attributes, attributes_len = _attributes(table.column("attributes").chunk(0))
-    stamps, stamps_len = _stamps(table.column("publish_time").chunk(0))
-    ack_len, data_len, id_len, key_len = (_lengths(c) for c in (acks, data, ids, keys))
+    ids = rest.column("message_id").chunk(0)
+    keys = _filled(rest.column("ordering_key").chunk(0), "")
+    attributes, attributes_len = _attributes(rest.column("attributes").chunk(0))
+    stamps, stamps_len = _stamps(rest.column("publish_time").chunk(0))
+    ack_len, id_len, key_len = (_lengths(c) for c in (acks, ids, keys))
     has_data, has_key = data_len > 0, key_len > 0
     body_len = (
         np.where(has_data, 1 + _widths(data_len) + data_len, 0)
@@ -197,37 +213,29 @@ def run_rows(run: Run, *, attempts: bool) -> tuple[memoryview, npt.NDArray[np.in
         _const(extra),
         _EMPTY,
     )  # fmt: skip
-    offsets = _offsets(joined)
-    data = joined.buffers()[2]
-    start, end = int(offsets[0]), int(offsets[-1])
-    return memoryview(data)[start:end], offsets - offsets[0]
+    pieces = []
+    for chunk in joined.chunks if isinstance(joined, pa.ChunkedArray) else [joined]:
+        if not len(chunk):
+            continue
+        offsets = _offsets(chunk)
+        start, end = int(offsets[0]), int(offsets[-1])
+        pieces.append((memoryview(chunk.buffers()[2])[start:end], offsets - offsets[0]))
+    return pieces
 
 
 def run_messages(run: Run, *, attempts: bool) -> bytes:
-    """``run_rows``'s bytes."""
-    return run_rows(run, attempts=attempts)[0].tobytes()
+    """``run_pieces``'s bytes."""
+    return b"".join(piece for piece, _ in run_pieces(run, attempts=attempts))
 
 
 def _batches(parts: list[Part]) -> Iterator[Part]:
     """The parts as they are encoded: a short run one delivery at a time
-    (``BULK_FROM``); a long one cut where its table's chunks end, so that a chunk is
-    encoded as it is stored, or, if some chunks are short, copied into one first."""
+    (``BULK_FROM``), a long one whole (``run_pieces``)."""
     for part in parts:
-        if not isinstance(part, Run):
-            yield part
-            continue
-        if len(part.ack_ids) < BULK_FROM:
+        if isinstance(part, Run) and len(part.ack_ids) < BULK_FROM:
             yield part.received()
-            continue
-        batches = part.table.to_batches()
-        if min(b.num_rows for b in batches) < BULK_FROM:
-            yield Run(part.table.combine_chunks(), part.ack_ids)
         else:
-            at = 0
-            for batch in batches:
-                size = batch.num_rows
-                yield Run(pa.Table.from_batches([batch]), part.ack_ids[at : at + size])
-                at += size
+            yield part
 
 
 def responses(
@@ -239,22 +247,29 @@ def responses(
     pieces: list[bytes | memoryview] = []
     count = sent = 0
     for part in _batches(Received.of(received).parts):
-        if isinstance(part, Run):
-            rows, offsets = run_rows(part, attempts=attempts)
-            size = len(part.ack_ids)
-        else:
-            size = len(part)
-        at = 0
-        while at < size:
-            take = min(limit - count, size - at)
-            if isinstance(part, Run):
-                pieces.append(rows[int(offsets[at]) : int(offsets[at + take])])
-            else:
-                pieces.append(encode.received_messages(part[at : at + take], attempts=attempts))
-            at, count = at + take, count + take
-            if count == limit:
-                sent += count
-                yield sent, b"".join([*pieces, then])
-                pieces, count = [], 0
+        for size, cut in _encoded(part, attempts):
+            at = 0
+            while at < size:
+                take = min(limit - count, size - at)
+                pieces.append(cut(at, at + take))
+                at, count = at + take, count + take
+                if count == limit:
+                    sent += count
+                    yield sent, b"".join([*pieces, then])
+                    pieces, count = [], 0
     if count:
         yield sent + count, b"".join([*pieces, then])
+
+
+def _encoded(part: Part, attempts: bool) -> Iterator[tuple[int, Cut]]:
+    """A part's deliveries in pieces: how many each holds, and how to cut deliveries
+    ``[at, end)`` of it as bytes."""
+    if not isinstance(part, Run):
+        yield len(part), lambda at, end: encode.received_messages(part[at:end], attempts=attempts)
+        return
+    for rows, offsets in run_pieces(part, attempts=attempts):
+
+        def cut(at: int, end: int, rows: memoryview = rows, offsets: Offsets = offsets) -> Bytes:
+            return rows[int(offsets[at]) : int(offsets[end])]
+
+        yield len(offsets) - 1, cut

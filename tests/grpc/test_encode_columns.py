@@ -84,7 +84,10 @@ def parsed(responses: list[tuple[int, bytes]]) -> list[Any]:
 
 def test_responses_cut_runs_and_single_deliveries_in_order() -> None:
     rng = random.Random(9)
-    long_run = run_of(stored(rng, 1500, first=1000))  # encoded whole, then cut
+    rows = stored(rng, 1500, first=1000)
+    # encoded whole, then cut: in chunks as the dispatcher's runs come, cut across them
+    long_run = run_of(pa.concat_tables([rows.slice(0, 600), rows.slice(600, 0), rows.slice(600)]))
+    assert long_run.table.column("data").num_chunks == 3
     short_run = run_of(stored(rng, 30, first=5000))  # one delivery at a time
     again = run_of(stored(rng, 5, first=10)).received()
     received = Received([again, long_run, short_run])
