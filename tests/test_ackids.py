@@ -75,3 +75,37 @@ def test_bulk_acks_settle_exactly_what_one_by_one_would() -> None:
         assert planners[0].outstanding() == planners[1].outstanding()
         planners[0].acknowledge(split_malformed(["0badcafe-m1-101"])[1])  # not its tag
         assert planners[0].result_state(1).rows == planners[1].result_state(1).rows
+
+
+def test_bulk_parsing_agrees_with_parsing_each_id_on_odd_and_malformed_ids() -> None:
+    rng = random.Random(11)
+    odd = [
+        "feedbeef-m007-0009",  # leading zeros
+        f"feedbeef-m{10**18 - 1}-{10**18}",  # past int64's every-digit range
+        f"feedbeef-m{2**63 - 1}-1",
+        f"feedbeef-m{2**63}-1",  # past int64
+        f"feedbeef-m1-{'9' * 20}",
+        "feedbeef-m-1",
+        "feedbeef-m1-",
+        "feedbeef-m1--2",
+        "feedbeef-m 1-2",
+        "feedbeef-m1-2 ",
+        "feedbeef-m1-٣",  # a digit, but not ASCII
+        "feedbeef-e1-2",
+        "FEEDBEEF-m1-2",
+        "feedbeef-m1-2-3",
+    ]
+    for _ in range(200):
+        texts = [f"feedbeef-m{rng.randrange(10**rng.randint(1, 12))}-{rng.randrange(10**9)}"
+                 for _ in range(rng.randint(1, 30))]  # fmt: skip
+        texts.insert(rng.randrange(len(texts) + 1), rng.choice(odd))
+        good, parsed, malformed = split_malformed(texts)
+        each = {}
+        for t in texts:
+            try:
+                each[t] = AckId.parse(t)
+            except Exception:
+                each[t] = None
+        assert good == [t for t in texts if each[t] is not None]
+        assert list(parsed) == [each[t] for t in good]
+        assert set(malformed) == {t for t in texts if each[t] is None}
