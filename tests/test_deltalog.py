@@ -261,6 +261,45 @@ def test_payloads_and_nested_columns_carry_no_parquet_statistics(tmp_path: Path)
     assert pq.read_table(log.path_of(add["path"])).equals(batch)
 
 
+def test_payloads_that_do_not_compress_are_written_as_they_are(tmp_path: Path) -> None:
+    """A file's payloads are snappy-compressed when a sample of them shrinks, and
+    stored as they are when it does not; every other column is compressed."""
+    lake_ = Lake(LakeSpec(str(tmp_path), {}).settings())
+    uri = lake_.uri("messages")
+    lake_.create(uri, table_schemas.MESSAGES, configuration=table_schemas.MESSAGES_PROPERTIES)
+    log = TableLog(lake_, uri, tracked=("offset",))
+    n = 200
+    random_payloads = [os.urandom(1024) for _ in range(n)]
+    text_payloads = [json.dumps({"n": i, "pad": "abc " * 250}).encode() for i in range(n)]
+    codecs = {}
+    for name, payloads in (("random", random_payloads), ("text", text_payloads)):
+        batch = pa.table(
+            {
+                "offset": pa.array(range(n), pa.int64()),
+                "message_id": [str(i) for i in range(n)],
+                "publish_time": pa.array([1_700_000_000_000_000] * n, table_schemas.UTC_US),
+                "data": payloads,
+                "attributes": pa.array(
+                    [[("k", "v")]] * n, table_schemas.MESSAGES.field("attributes").type
+                ),
+                "ordering_key": ["key"] * n,
+                "size": pa.array([1024] * n, pa.int64()),
+            },
+            schema=table_schemas.MESSAGES,
+        )
+        path = log.path_of(log.write_file(batch)["add"]["path"])
+        meta = pq.ParquetFile(path).metadata.row_group(0)
+        codecs[name] = {
+            meta.column(i).path_in_schema: meta.column(i).compression
+            for i in range(meta.num_columns)
+        }
+        assert pq.read_table(path).equals(batch)
+    assert codecs["random"].pop("data") == "UNCOMPRESSED"
+    assert codecs["text"].pop("data") == "SNAPPY"
+    assert "attributes.key_value.value" in codecs["random"]
+    assert set(codecs["random"].values()) == set(codecs["text"].values()) == {"SNAPPY"}
+
+
 def test_background_checkpoints_keep_opening_cheap(lake: LakeSpec) -> None:
     lake_, uri = new_table(lake)
     log = TableLog(lake_, uri)
