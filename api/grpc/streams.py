@@ -142,17 +142,20 @@ class Streams:
         if seconds <= 0 or not ack_ids:
             return ack_ids
         latest = time.monotonic() - LEASE_SLACK_S
-        lots = list(map(self._lot_of.get, ack_ids))
+        # The latest generation of settled ids first: three in four receipt changes come
+        # after the ack. Then the ids out here, then the older generation, each by
+        # ``dict.get`` with the lot found so far as the default and only while some id
+        # has none, all in C (a loop over the ids in Python was 4 % of a drain's GIL
+        # samples). An id is in at most one of them (ack ids are never issued twice),
+        # so a lot found passes through as the default. In a simulated drain the
+        # door's routing cost 337 ns a message against 403-426 looking up the ids out
+        # here first.
+        lots = list(map(self._settled.get, ack_ids))
         distinct = set(lots)
-        if None in distinct:  # settled here lately? (a change after its ack changes nothing)
-            # By ``dict.get`` with the lot found so far as the default, a generation at
-            # a time and only while some id has none, all in C: a loop over the ids in
-            # Python was 4 % of a drain's GIL samples (three in four receipt changes
-            # come after the ack). An id out here is in neither generation (ack ids
-            # are never issued twice), so its lot passes through as the default.
-            lots = list(map(self._settled.get, ack_ids, lots))
+        if None in distinct:
+            lots = list(map(self._lot_of.get, ack_ids, lots))
             distinct = set(lots)
-            if None in distinct:
+            if None in distinct:  # settled here lately? (a change after its ack changes nothing)
                 lots = list(map(self._settled_before.get, ack_ids, lots))
                 distinct = set(lots)
         other: set[Lot | None] = set()
