@@ -26,7 +26,7 @@ import pyarrow as pa
 from lakepubsub import constants, errors
 from lakepubsub._lake import Lake, settle_checkpoints
 from lakepubsub.delivery import lease_admin, leases
-from lakepubsub.delivery.ackids import split_malformed, with_failures
+from lakepubsub.delivery.ackids import Split, split_malformed, with_failures
 from lakepubsub.delivery.context import DeliveryContext
 from lakepubsub.delivery.deliveries import Deliveries
 from lakepubsub.messages import PublishMessage, Pull, ReceivedMessage, TruncationEvent
@@ -349,14 +349,15 @@ class Engine(Rooms):
         self.deliveries.release(name, received)
 
     def acknowledge_future(
-        self, name: SubscriptionName, ack_ids: list[str]
+        self, name: SubscriptionName, ack_ids: list[str], split: Split | None = None
     ) -> Future[dict[str, str]]:
         """Acknowledge deliveries. The future gives per-id failures (exactly-once only).
+        ``split``: ``ack_ids`` already parsed (``split_malformed``).
 
         Without exactly-once, acks are idempotent and best effort: an ack for a
         lease that expired still removes the message if it was not acked yet.
         """
-        return self._changes(name, ack_ids, None)
+        return self._changes(name, ack_ids, None, split)
 
     def acknowledge(self, name: SubscriptionName, ack_ids: list[str]) -> dict[str, str]:
         return self.acknowledge_future(name, ack_ids).result()
@@ -368,20 +369,28 @@ class Engine(Rooms):
         return self.deliveries.acknowledge_here(name, ack_ids, deadline_s)
 
     def modify_ack_deadline_future(
-        self, name: SubscriptionName, ack_ids: list[str], deadline_s: int
+        self,
+        name: SubscriptionName,
+        ack_ids: list[str],
+        deadline_s: int,
+        split: Split | None = None,
     ) -> Future[dict[str, str]]:
         """Extend leases to ``deadline_s`` from now; 0 makes them redeliverable (a nack)."""
         if not 0 <= deadline_s <= constants.MAX_ACK_DEADLINE_S:
             raise errors.InvalidArgument(
                 f"ackDeadlineSeconds must be between 0 and {constants.MAX_ACK_DEADLINE_S}"
             )
-        return self._changes(name, ack_ids, deadline_s)
+        return self._changes(name, ack_ids, deadline_s, split)
 
     def _changes(
-        self, name: SubscriptionName, ack_ids: list[str], deadline_s: int | None
+        self,
+        name: SubscriptionName,
+        ack_ids: list[str],
+        deadline_s: int | None,
+        split: Split | None,
     ) -> Future[dict[str, str]]:
         """Acks or deadline changes; a malformed id fails alone (``split_malformed``)."""
-        ids, parsed, malformed = split_malformed(ack_ids)
+        ids, parsed, malformed = split_malformed(ack_ids) if split is None else split
         future = self.deliveries.changes(name, ids, parsed, deadline_s) if ids else None
         return with_failures(future, malformed)
 

@@ -150,12 +150,15 @@ NUMPY_FROM = 256
 class Run(NamedTuple):
     """New messages delivered together on their first attempt, kept in their stored
     columns (the messages table's schema, as ``MessagesTable.read_range`` returns
-    them) with their ack ids in row order. A door that can encode columns in bulk
+    them) with their ack ids in row order, and their delivery ids when known (a
+    dispatcher numbers a run's deliveries consecutively; the gRPC door routes acks
+    by them, ``api/grpc/streams.py``). A door that can encode columns in bulk
     (the gRPC door, ``api/grpc/encode_columns.py``) never builds a ``Message`` for them;
     anything else sees ``ReceivedMessage`` objects built on demand."""
 
     table: pa.Table
     ack_ids: list[str]
+    deliveries: range | None = None
 
     def received(self) -> list[ReceivedMessage]:
         new = tuple.__new__
@@ -247,7 +250,8 @@ class Received(Sequence[ReceivedMessage]):
             lo, hi = max(start - at, 0), min(stop - at, size)
             if lo < hi:
                 if isinstance(part, Run):
-                    out.append(Run(part.table.slice(lo, hi - lo), part.ack_ids[lo:hi]))
+                    deliveries = None if part.deliveries is None else part.deliveries[lo:hi]
+                    out.append(Run(part.table.slice(lo, hi - lo), part.ack_ids[lo:hi], deliveries))
                 else:
                     out.append(part[lo:hi])
             at += size

@@ -29,6 +29,7 @@ from api.grpc.streaming import streaming_pull_handler
 from api.grpc.wire import pb, subscription_name, topic_name
 from api.pulls import pulled, reports_attempts, start_pull
 from lakepubsub import errors
+from lakepubsub.delivery.ackids import split_malformed
 from lakepubsub.publish import batches
 from lakepubsub.resources.iam import Resource
 from lakepubsub.resources.names import SubscriptionName
@@ -90,9 +91,10 @@ async def acknowledge(door: GrpcDoor, request: Any, call: Call) -> Message:
     name = subscription_name(request.subscription)
     await call.check("acknowledge", _sub_params(name))
     ack_ids = list(request.ack_ids)
-    future = door.engine.acknowledge_future(name, ack_ids)
+    split = split_malformed(ack_ids)  # parsed once, for the engine and the room
+    future = door.engine.acknowledge_future(name, ack_ids, split)
     # The room frees now, so a stream's next pull can join the ack's commit.
-    door.streams.settled(ack_ids)
+    door.streams.settled(split.parsed)
     failures = await answers.of(future)
     error = convert.ack_failures_error(failures)
     if error is not None:
@@ -104,13 +106,15 @@ async def modify_ack_deadline(door: GrpcDoor, request: Any, call: Call) -> Messa
     name = subscription_name(request.subscription)
     await call.check("modify_ack_deadline", _sub_params(name))
     ack_ids = list(request.ack_ids)
-    seconds = request.ack_deadline_seconds
-    ack_ids = door.streams.changing(name, ack_ids, seconds)  # a receipt: answered here
     if not ack_ids:
         return Empty()
-    future = door.engine.modify_ack_deadline_future(name, ack_ids, seconds)
+    seconds = request.ack_deadline_seconds
+    split = door.streams.changing(name, split_malformed(ack_ids), seconds)  # receipts: here
+    if not split.ids and not split.malformed:
+        return Empty()
+    future = door.engine.modify_ack_deadline_future(name, split.ids, seconds, split)
     failures = await answers.of(future)
-    door.streams.extended(ack_ids, seconds, failures)
+    door.streams.extended(split, seconds, failures)
     error = convert.ack_failures_error(failures)
     if error is not None:
         raise error

@@ -39,10 +39,11 @@ from google.pubsub_v1.types import pubsub as ps
 from api import answers
 from api.grpc import encode, encode_columns
 from api.grpc.door import GRPC_REQUESTS, Call, GrpcDoor, abort, failure_of, parse
-from api.grpc.streams import Lot
+from api.grpc.streams import Lot, deliveries_of
 from api.grpc.wire import serialized, subscription_name
 from api.pulls import start_pull
 from lakepubsub import Engine, SubscriptionName, constants, errors
+from lakepubsub.delivery.ackids import split_malformed
 from lakepubsub.messages import Received, ReceivedMessage
 
 log = logging.getLogger(__name__)
@@ -197,7 +198,7 @@ class Stream:
         engine, pending, unsent = self.door.engine, self._pending, self._unsent
         self._pending, self._unsent = None, []
         if unsent:
-            self.door.streams.settled(Received.of(unsent).ack_ids())
+            self.door.streams.settled_deliveries(*deliveries_of(Received.of(unsent)))
         if pending is None and not unsent:
             return
         if engine.lookups_need_no_io():
@@ -222,9 +223,9 @@ class Stream:
         until = time.monotonic() + lease_s
         self._soonest = min(self._soonest, until)
         delivered = Received.of(received)
-        size, ack_ids = delivered.size(), delivered.ack_ids()
+        size, (tag, deliveries) = delivered.size(), deliveries_of(delivered)
         lease = None if self.exactly_once else (lease_s, started)
-        lot = Lot(self, ack_ids, size, until, lease)
+        lot = Lot(self, tag, deliveries, size, until, lease)
         self.door.streams.delivered(lot)
         self.lots.add(lot)
         self.out_count += lot.left
@@ -276,21 +277,25 @@ class Stream:
 
     async def _settle(self, ack_ids: list[str], seconds: int | None) -> None:
         streams = self.door.streams
+        # Parsed once, for the engine and the room. A malformed id fails alone, as on
+        # every door (ackids.split_malformed).
+        split = split_malformed(ack_ids)
         if seconds is not None:  # never with exactly-once: every id is confirmed below
-            ack_ids = streams.changing(self.name, ack_ids, seconds)
-            if not ack_ids:
-                return
-        # A malformed id fails alone, as on every door (ackids.split_malformed).
+            rest = streams.changing(self.name, split, seconds)
+            if rest is not split:  # some answered here
+                if not rest.ids and not rest.malformed:
+                    return
+                split, ack_ids = rest, [*rest.ids, *rest.malformed]
         engine = self.door.engine
         if seconds is None:
-            future = engine.acknowledge_future(self.name, ack_ids)
+            future = engine.acknowledge_future(self.name, ack_ids, split)
         else:
-            future = engine.modify_ack_deadline_future(self.name, ack_ids, seconds)
+            future = engine.modify_ack_deadline_future(self.name, ack_ids, seconds, split)
         if seconds is None:  # the room frees now: the next pull can join the ack's commit
-            streams.settled(ack_ids)
+            streams.settled(split.parsed)
         failures = await answers.of(future)
         if seconds is not None:
-            streams.extended(ack_ids, seconds, failures)
+            streams.extended(split, seconds, failures)
         if self.exactly_once:
             await self._confirm(ack_ids, failures, seconds)
 

@@ -1,41 +1,45 @@
-"""The open StreamingPull streams of this process, by the ack ids they have out.
+"""The open StreamingPull streams of this process, by the deliveries they have out.
 
 Acks and deadline changes reach a process on the stream that delivered them or,
 as Google's clients send them, through unary Acknowledge and ModifyAckDeadline
-calls; ``Streams`` routes each to the stream that has the ack id out, so that
+calls; ``Streams`` routes each to the stream that has the delivery out, so that
 the stream's flow-control room follows (``api/grpc/streaming.py``).
 
 A stream's room is kept by ``Lot``: the deliveries of one pull's answer, which
-go out together, with one lease end. An ack id maps to its lot (one dict entry,
-written for the whole answer at once); settling ids counts them per lot and
-frees their share of the lot's bytes (the rest of the bytes with the last id).
-Per id that is one dict operation, where a stream's own map of ids to sizes and
-lease ends and the routing map cost two, each in Python (about a fifth of the
-server's CPU per message of a StreamingPull drain).
+go out together, with one lease end. Deliveries are found by number, not by ack
+id text: an ack id names its subscription's tag and a delivery id, unique within
+the subscription, and a dispatcher numbers a pull's deliveries consecutively
+(``messages.Run.deliveries``). So a lot is a few segments of consecutive
+delivery ids, and the ids of a request (parsed once, by numpy, for the engine as
+well: ``ackids.MessageIds.deliveries``) are looked up among every lot's segments
+with one ``searchsorted``; a lot keeps which of its deliveries are settled as a
+numpy array of flags.
+
+Written by hand because keying by ack id text cost three dict operations on new
+strings per delivery (routing it, settling it, and remembering where it was
+settled for the receipt change that follows the ack): about a fifth of the
+door's CPU per message of a StreamingPull drain.
 """
 
 from __future__ import annotations
 
-import collections
 import time
-from itertools import repeat
+from collections.abc import Sequence
 from typing import Protocol
 
+import numpy as np
+
 from lakepubsub import constants
+from lakepubsub.delivery.ackids import AckId, MessageIds, Split, split_malformed
 from lakepubsub.delivery.leases import LEASE_SLACK_US
+from lakepubsub.messages import Received, Run
 from lakepubsub.metrics import DEADLINE_CHANGES_UNCHANGED
 from lakepubsub.resources.names import SubscriptionName
 
 # How far past the pull's lease a stream's leases run, in seconds.
 LEASE_SLACK_S = LEASE_SLACK_US / constants.US_PER_S
-# A generation of ids settled lately ends after the slack or this many ids, whichever
-# comes first. Google's Go client sends a message's receipt change within a few
-# thousand acks of the ack: in a 1,000,000-message drain, 1-2 % of its receipt changes
-# went on to the dispatcher with generations of 8,192 to 32,768 ids (12 % with 4,096),
-# and 2.5-2.8 % with generations of the whole slack (about 180,000 ids). Those large
-# dicts cost 0.3-0.45 µs of server CPU a message more, in the processor's cache misses
-# on every lookup and insertion (``bench/results/ab-settled-generations.md``).
-SETTLED_GENERATION_IDS = 16_384
+_INT64_MAX = 2**63 - 1
+_NONE = np.empty(0, dtype=np.int64)
 
 
 class Holder(Protocol):
@@ -50,22 +54,36 @@ class Holder(Protocol):
 
 
 class Lot:
-    """The deliveries of one answer a stream holds: how many are not settled yet,
-    their bytes, and until when their room is held (time.monotonic())."""
+    """The deliveries of one answer a stream holds (their delivery ids, ascending,
+    under one subscription tag): how many are not settled yet, their bytes, and
+    until when their room is held (time.monotonic())."""
 
-    __slots__ = ("ack_ids", "lease_s", "left", "pulled_at", "size", "stream", "until")
+    __slots__ = (
+        "deliveries",
+        "lease_s",
+        "left",
+        "pulled_at",
+        "settled",
+        "size",
+        "stream",
+        "tag",
+        "until",
+    )
 
     def __init__(
         self,
         stream: Holder,
-        ack_ids: list[str],
+        tag: str,
+        deliveries: np.ndarray,
         size: int,
         until: float,
         lease: tuple[int, float] | None = None,
     ) -> None:
         self.stream = stream
-        self.ack_ids = ack_ids
-        self.left = len(ack_ids)
+        self.tag = tag
+        self.deliveries = deliveries
+        self.settled = np.zeros(len(deliveries), dtype=bool)
+        self.left = len(deliveries)
         self.size = size
         self.until = until
         # The lease its pull asked for and when the pull started (time.monotonic()),
@@ -82,114 +100,249 @@ class Lot:
         self.stream.freed(self, count, freed)
 
 
+def deliveries_of(received: Received) -> tuple[str, np.ndarray]:
+    """The subscription tag and delivery ids (ascending) of a pull's answer: a run's
+    from its numbers, any other's from its ack ids."""
+    tag = ""
+    pieces: list[np.ndarray] = []
+    for part in received.parts:
+        if isinstance(part, Run) and part.deliveries is not None:
+            tag = tag or part.ack_ids[0][:8]
+            pieces.append(np.arange(part.deliveries.start, part.deliveries.stop, dtype=np.int64))
+            continue
+        ids = part.ack_ids if isinstance(part, Run) else [r.ack_id for r in part]
+        for group_tag, numbers, _ in _groups(split_malformed(ids).parsed):
+            if group_tag == (tag := tag or group_tag):  # one subscription's answer: one tag
+                pieces.append(numbers)
+    if not pieces:
+        return tag, _NONE
+    numbers = np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
+    if len(numbers) > 1 and not bool((numbers[1:] > numbers[:-1]).all()):
+        numbers = np.unique(numbers)
+    return tag, numbers
+
+
+def _groups(parsed: Sequence[AckId]) -> list[tuple[str, np.ndarray, np.ndarray | None]]:
+    """Parsed ids by subscription tag: (tag, delivery ids, their places in ``parsed``,
+    None for all of them in order). Delivery ids past int64 are never issued here
+    and are left out."""
+    if isinstance(parsed, MessageIds) and parsed.deliveries is not None:
+        return [(parsed.tag, parsed.deliveries, None)]
+    by_tag: dict[str, tuple[list[int], list[int]]] = {}
+    for at, ack in enumerate(parsed):
+        if ack.delivery_id <= _INT64_MAX:
+            numbers, places = by_tag.setdefault(ack.tag, ([], []))
+            numbers.append(ack.delivery_id)
+            places.append(at)
+    return [
+        (tag, np.array(numbers, dtype=np.int64), np.array(places, dtype=np.intp))
+        for tag, (numbers, places) in by_tag.items()
+    ]
+
+
+class _Tag:
+    """The lots out under one subscription tag, as segments of consecutive delivery
+    ids: the first id of each (ascending), its length, its lot (a number in
+    ``lots``) and where in the lot it starts. A new lot's segments come after the
+    others' (delivery ids grow), so adding one appends to the arrays; the arrays are
+    rebuilt when lots leave."""
+
+    __slots__ = ("counts", "firsts", "lots", "places", "starts")
+
+    def __init__(self, lots: list[Lot]) -> None:
+        self._build(lots)
+
+    def _build(self, lots: list[Lot]) -> None:
+        self.lots = list(lots)
+        self.firsts = self.counts = self.starts = _NONE
+        self.places = np.empty(0, dtype=np.intp)
+        pieces = [(*_segments(lot.deliveries), number) for number, lot in enumerate(lots)]
+        if pieces:
+            first = np.concatenate([p[0] for p in pieces])
+            order = np.argsort(first, kind="stable")
+            self.firsts = first[order]
+            self.counts = np.concatenate([p[1] for p in pieces])[order]
+            self.starts = np.concatenate([p[2] for p in pieces])[order]
+            places = [np.full(len(p[0]), p[3], dtype=np.intp) for p in pieces]
+            self.places = np.concatenate(places)[order]
+
+    def add(self, lot: Lot) -> None:
+        firsts, counts, starts = _segments(lot.deliveries)
+        if len(self.firsts) and len(firsts) and firsts[0] <= self.firsts[-1]:
+            self._build([*self.lots, lot])  # out of order: rebuilt
+            return
+        self.firsts = np.concatenate((self.firsts, firsts))
+        self.counts = np.concatenate((self.counts, counts))
+        self.starts = np.concatenate((self.starts, starts))
+        self.places = np.concatenate((self.places, np.full(len(firsts), len(self.lots))))
+        self.lots.append(lot)
+
+    def find(self, numbers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For each delivery id: the number of its lot in ``lots`` (-1: none here)
+        and its place in that lot."""
+        segment = np.searchsorted(self.firsts, numbers, side="right") - 1
+        known = segment >= 0
+        segment[~known] = 0
+        past = numbers - self.firsts[segment]
+        known &= past < self.counts[segment]
+        lot = np.where(known, self.places[segment], -1)
+        return lot, self.starts[segment] + past
+
+
+def _segments(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Ascending delivery ids as runs of consecutive ones: each run's first id, its
+    length, and where it starts among ``ids``."""
+    if not len(ids):
+        return _NONE, _NONE, _NONE
+    if int(ids[-1]) - int(ids[0]) + 1 == len(ids):  # one run: a pull's answer, usually
+        return ids[:1], np.array([len(ids)], dtype=np.int64), np.zeros(1, dtype=np.int64)
+    breaks = np.flatnonzero(ids[1:] - ids[:-1] != 1) + 1
+    begin = np.concatenate(([0], breaks))
+    end = np.concatenate((breaks, [len(ids)]))
+    return ids[begin], end - begin, begin
+
+
 class Streams:
-    """The open streams of this process by the ack ids they have out. Used on the
+    """The open streams of this process by the deliveries they have out. Used on the
     door's event loop only."""
 
     def __init__(self) -> None:
-        self._lot_of: dict[str, Lot] = {}
-        # Ids settled here lately, with the lot they left (None: not out here), in two
-        # generations of the lease slack or ``SETTLED_GENERATION_IDS`` each: Google's
-        # clients send the receipt change of a message and its ack as two calls, and
-        # the ack often arrives first. ``changing`` judges such an id by the lot it left.
-        self._settled: dict[str, Lot | None] = {}
-        self._settled_before: dict[str, Lot | None] = {}
-        self._rotate_at = time.monotonic() + LEASE_SLACK_S
+        self._tags: dict[str, _Tag] = {}
+        # A lot stays here after its last delivery is settled until it can answer no
+        # receipt change (its pull started more than the slack ago): Google's clients
+        # send a message's receipt change and its ack as two calls, and the ack often
+        # arrives first. ``changing`` judges such a delivery by the lot it left.
+        self._sweep_at = 0.0
 
     def delivered(self, lot: Lot) -> None:
-        """Route the lot's ack ids to it."""
-        self._lot_of.update(dict.fromkeys(lot.ack_ids, lot))
+        """Route the lot's deliveries to it."""
+        self._sweep()
+        index = self._tags.get(lot.tag)
+        if index is None:
+            self._tags[lot.tag] = _Tag([lot])
+        else:
+            index.add(lot)
 
-    def settled(self, ack_ids: list[str]) -> None:
-        """Acked (or, through ``extended``, nacked or refused): out of the room."""
-        # Counted in C (Counter of an iterable); ids not out here count under None.
-        lots = list(map(self._lot_of.pop, ack_ids, repeat(None)))
+    def _sweep(self) -> None:
         now = time.monotonic()
-        if now >= self._rotate_at or len(self._settled) >= SETTLED_GENERATION_IDS:
-            self._settled_before, self._settled = self._settled, {}
-            self._rotate_at = now + LEASE_SLACK_S
-        self._settled.update(zip(ack_ids, lots, strict=True))
-        found: collections.Counter[Lot | None] = collections.Counter(lots)
-        for lot, count in found.items():
-            if lot is not None:
-                lot.settle(count)
+        if now < self._sweep_at:
+            return
+        self._sweep_at = now + LEASE_SLACK_S / 4
+        latest = now - LEASE_SLACK_S
+        for tag, index in list(self._tags.items()):
+            kept = [lot for lot in index.lots if lot.left > 0 or lot.pulled_at >= latest]
+            if len(kept) != len(index.lots):
+                self._set(tag, kept)
 
-    def changing(self, name: SubscriptionName, ack_ids: list[str], seconds: int) -> list[str]:
-        """Of a deadline change of ``ack_ids`` of ``name`` to ``seconds``, the ids the
-        dispatcher must see: all but those known here to keep their leases as they are.
+    def _set(self, tag: str, lots: list[Lot]) -> None:
+        if lots:
+            self._tags[tag] = _Tag(lots)
+        else:
+            self._tags.pop(tag, None)
 
-        An id is known so when it is out on a stream of ``name`` in this process, in an
-        answer whose pull asked for this very lease (a stream leases for the client's
-        latest deadline change, and Google's clients send one for every message
-        received) and started at most the lease slack ago, with no deadline change
-        since. The dispatcher leased those messages after the pull started, until
-        then plus ``seconds`` plus the slack, so the change asks for no more, and at
-        most the slack less (``planner.lease_holds``). Never with exactly-once: such
-        lots have no lease here. Those answered here count in
+    def _find(self, tag: str, numbers: np.ndarray) -> tuple[list[Lot], np.ndarray, np.ndarray]:
+        """The lots under ``tag``, and for each delivery id its lot's number among
+        them (-1: not out here) and its place in the lot."""
+        index = self._tags.get(tag)
+        if index is None or not len(numbers):
+            none = np.full(len(numbers), -1, dtype=np.intp)
+            return [], none, none
+        lot, place = index.find(numbers)
+        return index.lots, lot, place
+
+    def settled(self, parsed: Sequence[AckId], among: np.ndarray | None = None) -> None:
+        """Acked (or, through ``extended``, nacked or refused): out of the room.
+        ``among``: only the ids of ``parsed`` it flags."""
+        for tag, numbers, places in _groups(parsed):
+            picked = numbers
+            if among is not None:
+                picked = numbers[among if places is None else among[places]]
+            self.settled_deliveries(tag, picked)
+
+    def settled_deliveries(self, tag: str, numbers: np.ndarray) -> None:
+        lots, lot_of, place = self._find(tag, numbers)
+        found = lot_of >= 0
+        if not found.any():
+            return
+        lot_of, place = lot_of[found], place[found]
+        for number in np.unique(lot_of).tolist():
+            lot = lots[number]
+            places = place[lot_of == number]
+            fresh = np.unique(places[~lot.settled[places]])  # repeated ids count once
+            if len(fresh):
+                lot.settled[fresh] = True
+                lot.settle(len(fresh))
+
+    def changing(self, name: SubscriptionName, split: Split, seconds: int) -> Split:
+        """Of a deadline change of ``split`` (under ``name``, to ``seconds``), the ids
+        the dispatcher must see: all but those known here to keep their leases as
+        they are.
+
+        An id is known so when it is out on a stream of ``name`` in this process, in
+        an answer whose pull asked for this very lease (a stream leases for the
+        client's latest deadline change, and Google's clients send one for every
+        message received) and started at most the lease slack ago, with no deadline
+        change since. The dispatcher leased those messages after the pull started,
+        until then plus ``seconds`` plus the slack, so the change asks for no more,
+        and at most the slack less (``planner.lease_holds``). Never with
+        exactly-once: such lots have no lease here. Those answered here count in
         ``DEADLINE_CHANGES_UNCHANGED``.
 
-        An id settled here lately (acked, nacked) is judged by the lot it left: a
+        An id settled here already (acked, nacked) is judged by the lot it left: a
         change to a delivery no longer leased changes nothing. Google's clients send
         a message's receipt change and its ack as two calls, and the ack often comes
         first (three in four of a drain's receipt changes through the Go client).
 
         The others go on alone: an id not out here (pulled elsewhere, or settled too
-        long ago), or out on a lot whose lease may have moved. Sending the
-        whole change on for one such id had the dispatcher parse and check every id
-        of it, and its answer mark every lot named as moved, so that the next receipt
+        long ago), or out on a lot whose lease may have moved. Sending the whole
+        change on for one such id had the dispatcher parse and check every id of it,
+        and its answer mark every lot named as moved, so that the next receipt
         changes went on too: in a StreamingPull drain through Google's Go client
         nearly every change reached the dispatcher."""
-        if seconds <= 0 or not ack_ids:
-            return ack_ids
+        if seconds <= 0 or not split.ids:
+            return split
         latest = time.monotonic() - LEASE_SLACK_S
-        # The latest generation of settled ids first: three in four receipt changes come
-        # after the ack. Then the ids out here, then the older generation, each by
-        # ``dict.get`` with the lot found so far as the default and only while some id
-        # has none, all in C (a loop over the ids in Python was 4 % of a drain's GIL
-        # samples). An id is in at most one of them (ack ids are never issued twice),
-        # so a lot found passes through as the default. In a simulated drain the
-        # door's routing cost 337 ns a message against 403-426 looking up the ids out
-        # here first.
-        lots = list(map(self._settled.get, ack_ids))
-        distinct = set(lots)
-        if None in distinct:
-            lots = list(map(self._lot_of.get, ack_ids, lots))
-            distinct = set(lots)
-            if None in distinct:  # settled here lately? (a change after its ack changes nothing)
-                lots = list(map(self._settled_before.get, ack_ids, lots))
-                distinct = set(lots)
-        other: set[Lot | None] = set()
-        for lot in distinct:
-            if (
-                lot is None
-                or lot.lease_s != seconds
-                or lot.pulled_at < latest
-                or lot.stream.name != name
-            ):
-                other.add(lot)
+        answered = np.zeros(len(split.ids), dtype=bool)
+        for tag, numbers, places in _groups(split.parsed):
+            lots, lot_of, _ = self._find(tag, numbers)
+            here = np.zeros(len(numbers), dtype=bool)
+            for number in np.unique(lot_of[lot_of >= 0]).tolist():
+                lot = lots[number]
+                if lot.lease_s == seconds and lot.pulled_at >= latest and lot.stream.name == name:
+                    lot.stream.lease_s = seconds
+                    here |= lot_of == number
+            if places is None:
+                answered |= here
             else:
-                lot.stream.lease_s = seconds
-        if len(other) == len(distinct):  # none answered here
-            return ack_ids
-        rest = [a for a, lot in zip(ack_ids, lots, strict=True) if lot in other] if other else []
-        DEADLINE_CHANGES_UNCHANGED.inc(len(ack_ids) - len(rest))
-        return rest
+                answered[places[here]] = True
+        count = int(answered.sum())
+        if not count:
+            return split
+        DEADLINE_CHANGES_UNCHANGED.inc(count)
+        rest = [a for a, done in zip(split.ids, answered.tolist(), strict=True) if not done]
+        if not rest:
+            return Split([], [], split.malformed)
+        return split_malformed(rest)._replace(malformed=split.malformed)
 
-    def extended(self, ack_ids: list[str], seconds: int, failures: dict[str, str]) -> None:
+    def extended(self, split: Split, seconds: int, failures: dict[str, str]) -> None:
         if seconds == 0:
-            self.settled(ack_ids)
+            self.settled(split.parsed)
             return
         if failures:
-            self.settled([a for a in ack_ids if a in failures])
+            self.settled(split.parsed, np.array([a in failures for a in split.ids], dtype=bool))
         until = time.monotonic() + seconds
-        lots = {lot for lot in map(self._lot_of.get, ack_ids) if lot is not None}
-        for lot in lots:
-            # The lot's room is held as long as its latest deadline change asks (a
-            # change for some of its ids holds all of them: room, not leases).
-            lot.until = until
-            lot.lease_s = 0  # its leases may have moved: changes go to the dispatcher
-            lot.stream.held_until(until)
-            lot.stream.lease_s = max(constants.MIN_ACK_DEADLINE_S, seconds)
+        for tag, numbers, _ in _groups(split.parsed):
+            lots, lot_of, place = self._find(tag, numbers)
+            for number in np.unique(lot_of[lot_of >= 0]).tolist():
+                lot = lots[number]
+                if lot.settled[place[lot_of == number]].all():
+                    continue  # none of its deliveries named is out any more
+                # The lot's room is held as long as its latest deadline change asks (a
+                # change for some of its ids holds all of them: room, not leases).
+                lot.until = until
+                lot.lease_s = 0  # its leases may have moved: changes go to the dispatcher
+                lot.stream.held_until(until)
+                lot.stream.lease_s = max(constants.MIN_ACK_DEADLINE_S, seconds)
 
     def expired(self, lot: Lot) -> None:
         """The lot's leases ran out: what it still holds leaves the room."""
@@ -197,8 +350,7 @@ class Streams:
         lot.settle(lot.left)
 
     def forget(self, lot: Lot) -> None:
-        """Route none of the lot's ids any more (its stream ended, or it expired)."""
-        lot_of = self._lot_of
-        for ack_id in lot.ack_ids:
-            if lot_of.get(ack_id) is lot:
-                del lot_of[ack_id]
+        """Route none of the lot's deliveries any more (its stream ended, or it expired)."""
+        index = self._tags.get(lot.tag)
+        if index is not None and lot in index.lots:
+            self._set(lot.tag, [other for other in index.lots if other is not lot])

@@ -64,36 +64,56 @@ class AckId(NamedTuple):
 
 class MessageIds(Sequence[AckId]):
     """Ack ids of messages of one subscription (one tag), parsed in bulk: their
-    offsets and delivery ids as lists of ints. It reads as a sequence of ``AckId``
-    (built as they are looked at); an ack of a subscription without exactly-once
-    needs only the offsets (``PlannedRows.settle``).
+    offsets and delivery ids, as lists of ints when asked for. It reads as a
+    sequence of ``AckId`` (built as they are looked at); an ack of a subscription
+    without exactly-once needs only the offsets (``PlannedRows.settle``), the gRPC
+    door's routing only the delivery ids as numpy's (``deliveries``).
 
     Written by hand because an ``AckId`` per id (four substrings, two ints and a
     tuple) was about 0.6 µs of every acknowledged message of a StreamingPull drain:
-    here one scan of the joined text yields each id's offset, turned into ints by
-    ``map``; the delivery ids only when something asks for them (a second scan of
-    the text ``_scan_messages`` checked), since an ack without exactly-once needs
-    none."""
+    here one numpy read of the joined text (``_scan_messages``) yields both numbers
+    of every id; ids with a number past ``_FAST_LIMIT`` are read by a regular
+    expression, their delivery ids only when something asks for them."""
 
-    __slots__ = ("_delivery_ids", "_text", "offsets", "tag")
+    __slots__ = ("_delivery_ids", "_numbers", "_offsets", "_text", "deliveries", "tag")
 
     def __init__(
-        self, tag: str, offsets: list[int], delivery_ids: list[int] | None = None, text: str = ""
+        self,
+        tag: str,
+        offsets: list[int] | None,
+        delivery_ids: list[int] | None = None,
+        text: str = "",
+        numbers: np.ndarray | None = None,
     ) -> None:
         self.tag = tag
-        self.offsets = offsets
+        self._offsets = offsets
         self._delivery_ids = delivery_ids
         self._text = text  # the ids, one per line, when delivery_ids is None
+        # The delivery ids as numpy int64, when they were read that way (every number
+        # under ``_FAST_LIMIT``): what the gRPC door routes acks by (api/grpc/streams.py).
+        self.deliveries: np.ndarray | None = None if numbers is None else numbers[1::2]
+        self._numbers = numbers  # offset, delivery id, ... (when offsets is None)
+
+    @property
+    def offsets(self) -> list[int]:
+        # As Python ints only when asked for: a receipt change the door answers never is.
+        if self._offsets is None:
+            assert self._numbers is not None
+            self._offsets = self._numbers[0::2].tolist()
+        return self._offsets
 
     @property
     def delivery_ids(self) -> list[int]:
         if self._delivery_ids is None:
-            found = _DELIVERY_LINES.findall(self._text)
-            self._delivery_ids = list(map(int, found))
+            if self.deliveries is not None:
+                self._delivery_ids = self.deliveries.tolist()
+            else:
+                found = _DELIVERY_LINES.findall(self._text)
+                self._delivery_ids = list(map(int, found))
         return self._delivery_ids
 
     def __len__(self) -> int:
-        return len(self.offsets)
+        return len(self.offsets) if self.deliveries is None else len(self.deliveries)
 
     @overload
     def __getitem__(self, index: int) -> AckId: ...
@@ -155,7 +175,7 @@ def _scan_messages(text: str, count: int) -> MessageIds | None:
         return None
     if int(numbers.max()) >= _FAST_LIMIT:
         return _scan_long(text, tag, count)
-    return MessageIds(tag, numbers[0::2].tolist(), numbers[1::2].tolist())
+    return MessageIds(tag, None, numbers=numbers)
 
 
 def _scan_long(text: str, tag: str, count: int) -> MessageIds | None:
@@ -201,7 +221,16 @@ def parse_all(ack_ids: list[str]) -> Sequence[AckId]:
     return parsed
 
 
-def split_malformed(ack_ids: list[str]) -> tuple[list[str], Sequence[AckId], dict[str, str]]:
+class Split(NamedTuple):
+    """An acknowledge's or deadline change's ids: the well-formed ones as given, the
+    same parsed, and a failure for each malformed one."""
+
+    ids: list[str]
+    parsed: Sequence[AckId]
+    malformed: dict[str, str]
+
+
+def split_malformed(ack_ids: list[str]) -> Split:
     """The ids of an acknowledge or deadline change, as every door answers them: the
     well-formed ones (as given, and parsed) go on; each malformed one is an invalid ack
     id, reported as a failure of its own (``INVALID_ACK_ID``), as Pub/Sub reports an
@@ -210,7 +239,7 @@ def split_malformed(ack_ids: list[str]) -> tuple[list[str], Sequence[AckId], dic
         raise errors.InvalidArgument("ackIds must not be empty")
     parsed = _scan(ack_ids)
     if parsed is not None:
-        return ack_ids, parsed, {}
+        return Split(ack_ids, parsed, {})
     good: list[str] = []
     each: list[AckId] = []
     malformed: dict[str, str] = {}
@@ -220,7 +249,7 @@ def split_malformed(ack_ids: list[str]) -> tuple[list[str], Sequence[AckId], dic
             good.append(a)
         except errors.InvalidArgument:
             malformed[str(a)] = INVALID_ACK_ID
-    return good, each, malformed
+    return Split(good, each, malformed)
 
 
 def with_failures(

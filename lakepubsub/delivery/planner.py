@@ -330,7 +330,8 @@ class Planner(PlannedRows):
         ascending), in bulk: their ack ids (as text: the delivery's answer), without
         a ``Claim`` or ``AckId`` per message. Without ordering keys, from
         ``BLOCK_FROM`` on, the leases are one ``Block``; otherwise the rows ``lease``
-        would make."""
+        would make. Their delivery ids are consecutive, from the cursor's
+        ``next_delivery`` on (``messages.Run.deliveries``)."""
         first = self.cursor.next_delivery
         self.cursor.next_delivery = first + len(offsets)
         kind, deadline_us = table_schemas.KIND_MESSAGE, self.now_us + self.policy.lease_us

@@ -152,8 +152,9 @@ class Claimer:
                     if keys.null_count == len(keys)
                     else [k or None for k in keys.to_pylist()]
                 )
+                first = planner.cursor.next_delivery
                 ack_ids = planner.lease_new(offsets, ordering_keys)
-                parts.append(Run(table, ack_ids))
+                parts.append(Run(table, ack_ids, range(first, first + len(ack_ids))))
             claimed += len(offsets)
             if len(offsets) == wanted:
                 end = offsets[-1] + 1
