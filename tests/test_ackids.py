@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import random
 
+import pyarrow as pa
+
 from lakepubsub._lake import table_schemas
 from lakepubsub.delivery.ackids import INVALID_ACK_ID, AckId, MessageIds, split_malformed
 from lakepubsub.delivery.leases import LEASED, Cursor, LeaseState, Row
 from lakepubsub.delivery.planner import Planner, Policy
+from lakepubsub.messages import Run, message_ack_ids
 
 NOW_US = 1_700_000_000_000_000
 
@@ -15,7 +18,9 @@ NOW_US = 1_700_000_000_000_000
 def test_bulk_leases_ids_parse_back_and_a_malformed_id_fails_alone() -> None:
     state = LeaseState(0, Cursor(0, 1, 0, NOW_US), {})
     planner = Planner(state, Policy(tag="feedbeef", ack_deadline_s=10), NOW_US)
-    texts = planner.lease_new([5, 6, 9], [None, "k", None])
+    deliveries = planner.lease_new([5, 6, 9], [None, "k", None])
+    assert deliveries == range(1, 4)
+    texts = message_ack_ids("feedbeef", [5, 6, 9], deliveries)
     message = table_schemas.KIND_MESSAGE
     assert [AckId.parse(t) for t in texts] == [
         AckId("feedbeef", message, 5, 1),
@@ -109,3 +114,21 @@ def test_bulk_parsing_agrees_with_parsing_each_id_on_odd_and_malformed_ids() -> 
         assert good == [t for t in texts if each[t] is not None]
         assert list(parsed) == [each[t] for t in good]
         assert set(malformed) == {t for t in texts if each[t] is None}
+
+
+def test_a_runs_ack_ids_made_in_bulk_are_its_ids_as_text() -> None:
+    """``Run.ack_id_column`` writes digits into a byte matrix; it must give the text
+    ``message_ack_ids`` gives, for any widths, across powers of ten as well."""
+    rng = random.Random(11)
+    for _ in range(300):
+        n = rng.randint(1, 60)
+        low = rng.choice([0, 1, 9_990, max(0, 10 ** rng.randint(1, 17) - rng.randint(0, 30))])
+        offsets = sorted(rng.sample(range(low, low + 3 * n), n))
+        first = rng.choice([1, 99_995, max(1, 10 ** rng.randint(1, 17) - rng.randint(0, 30))])
+        table = pa.table({"offset": pa.array(offsets, pa.int64())})
+        run = Run(table.slice(0), None, range(first, first + n), "0a1b2c3d")
+        expected = message_ack_ids("0a1b2c3d", offsets, range(first, first + n))
+        assert run.ack_id_column().to_pylist() == expected
+        assert run.ack_ids == expected
+        cut = Run(table, None, range(first, first + n), "0a1b2c3d").slice(n // 3, n)
+        assert cut.ack_id_column().to_pylist() == expected[n // 3 :]

@@ -29,6 +29,7 @@ from lakepubsub.delivery.leases import (
     initial_rows,
 )
 from lakepubsub.delivery.planner import BLOCK_FROM, Planner, Policy
+from lakepubsub.messages import message_ack_ids
 
 NOW_US = 1_700_000_000_000_000
 MESSAGE = table_schemas.KIND_MESSAGE
@@ -50,7 +51,7 @@ def test_a_block_reads_as_the_rows_it_holds() -> None:
     state = LeaseState(0, Cursor(0, 1, 0, NOW_US))
     planner = Planner(state, Policy(tag="aaaaaaaa", ack_deadline_s=10), NOW_US)
     offsets = [5, 6, 9, *range(12, 12 + BLOCK_FROM)]  # a filter skipped 7, 8, 10 and 11
-    ids = planner.lease_new(offsets, [None] * len(offsets))
+    ids = message_ack_ids("aaaaaaaa", offsets, planner.lease_new(offsets, [None] * len(offsets)))
     assert ids[:3] == ["aaaaaaaa-m5-1", "aaaaaaaa-m6-2", "aaaaaaaa-m9-3"]
     assert not planner.changed and len(planner.new_blocks) == 1
     rows = planner.result_state(1).rows

@@ -15,6 +15,7 @@ from lakepubsub.delivery.ackids import AckId
 from lakepubsub.delivery.lease_table import CURSOR_WITH_ROWS_MAX, MAX_FILES, LeaseTable
 from lakepubsub.delivery.leases import HELD, Cursor, LeaseState, Row, initial_rows
 from lakepubsub.delivery.planner import Planner, Policy
+from lakepubsub.messages import message_ack_ids
 
 POLICY = Policy(tag="t", ack_deadline_s=10)
 NOW_US = 1_700_000_000_000_000
@@ -204,7 +205,8 @@ def test_bulk_lease_of_new_messages_equals_leasing_each(lake: LakeSpec) -> None:
         one.lease(Row(table_schemas.KIND_MESSAGE, o, ordering_key=k))
         for o, k in zip(offsets, keys, strict=True)
     ]
-    assert bulk.lease_new(offsets, keys) == [str(c.ack_id) for c in each]
+    deliveries = bulk.lease_new(offsets, keys)
+    assert message_ack_ids("t", offsets, deliveries) == [str(c.ack_id) for c in each]
     assert bulk.changed == one.changed
     assert bulk.cursor == one.cursor
     assert [str(c.ack_id) for c in each] == ["t-m3-4", "t-m4-5", "t-m7-6"]

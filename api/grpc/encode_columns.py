@@ -192,7 +192,7 @@ def run_pieces(run: Run, *, attempts: bool) -> list[tuple[memoryview, Offsets]]:
     data: pa.Array | pa.ChunkedArray = chunks[0] if len(chunks) == 1 else payloads
     data_len = np.concatenate([_lengths(c) for c in chunks])
     rest = table.drop_columns(["data"]).combine_chunks()
-    acks = pa.array(run.ack_ids, pa.string())
+    acks = run.ack_id_column()
     ids = rest.column("message_id").chunk(0)
     keys = _filled(rest.column("ordering_key").chunk(0), "")
     attributes, attributes_len = _attributes(rest.column("attributes").chunk(0))
@@ -244,7 +244,7 @@ def _batches(parts: list[Part]) -> Iterator[Part]:
     """The parts as they are encoded: a short run one delivery at a time
     (``BULK_FROM``), a long one whole (``run_pieces``)."""
     for part in parts:
-        if isinstance(part, Run) and len(part.ack_ids) < BULK_FROM:
+        if isinstance(part, Run) and len(part) < BULK_FROM:
             yield part.received()
         else:
             yield part

@@ -107,7 +107,7 @@ def deliveries_of(received: Received) -> tuple[str, np.ndarray]:
     pieces: list[np.ndarray] = []
     for part in received.parts:
         if isinstance(part, Run) and part.deliveries is not None:
-            tag = tag or part.ack_ids[0][:8]
+            tag = tag or part.tag
             pieces.append(np.arange(part.deliveries.start, part.deliveries.stop, dtype=np.int64))
             continue
         ids = part.ack_ids if isinstance(part, Run) else [r.ack_id for r in part]

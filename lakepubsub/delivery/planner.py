@@ -325,30 +325,28 @@ class Planner(PlannedRows):
         self.changed[(kind, offset)] = leased
         return _new(Claim, (leased, _new(AckId, (self.policy.tag, kind, offset, delivery))))
 
-    def lease_new(self, offsets: list[int], ordering_keys: list[str | None]) -> list[str]:
+    def lease_new(self, offsets: list[int], ordering_keys: list[str | None]) -> range:
         """``lease`` for messages past the frontier (no row yet; ``offsets``
-        ascending), in bulk: their ack ids (as text: the delivery's answer), without
-        a ``Claim`` or ``AckId`` per message. Without ordering keys, from
-        ``BLOCK_FROM`` on, the leases are one ``Block``; otherwise the rows ``lease``
-        would make. Their delivery ids are consecutive, from the cursor's
-        ``next_delivery`` on (``messages.Run.deliveries``)."""
+        ascending), in bulk: their delivery ids, consecutive from the cursor's
+        ``next_delivery`` on (their ack ids are ``messages.message_ack_ids`` of the
+        policy's tag), without a ``Claim`` or ``AckId`` per message. Without ordering
+        keys, from ``BLOCK_FROM`` on, the leases are one ``Block``; otherwise the rows
+        ``lease`` would make."""
         first = self.cursor.next_delivery
         self.cursor.next_delivery = first + len(offsets)
+        deliveries = range(first, first + len(offsets))
         kind, deadline_us = table_schemas.KIND_MESSAGE, self.now_us + self.policy.lease_us
         if not offsets:
-            return []
+            return deliveries
         if len(offsets) >= BLOCK_FROM and ordering_keys.count(None) == len(offsets):
             self.new_blocks.append(Block(offsets, first, deadline_us))
-            tag = self.policy.tag
-            deliveries = range(first, first + len(offsets))
-            return [f"{tag}-m{o}-{d}" for o, d in zip(offsets, deliveries, strict=True)]
-        leased = zip(offsets, range(first, first + len(offsets)), strict=True)
+            return deliveries
         rows = [
             _new(Row, (kind, o, d, 1, LEASED, deadline_us, k, None))
-            for (o, d), k in zip(leased, ordering_keys, strict=True)
+            for o, d, k in zip(offsets, deliveries, ordering_keys, strict=True)
         ]
         self.changed.update({(kind, r.offset): r for r in rows})
-        return [f"{self.policy.tag}-m{r.offset}-{r.delivery_id}" for r in rows]
+        return deliveries
 
     def set_lease_deadline(self, key: Key, deadline_s: int, slack_us: int = 0) -> None:
         """Give a row leased by this plan a deadline of its own (``deadline_s`` from now,

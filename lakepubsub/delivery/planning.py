@@ -25,6 +25,7 @@ from lakepubsub.messages import (
     Run,
     TruncationEvent,
     from_arrow,
+    message_ack_ids,
 )
 from lakepubsub.publish.messages_table import MessagesTable
 from lakepubsub.resources.filters import Filter
@@ -133,7 +134,8 @@ class Claimer:
                     if len(taken) == wanted:
                         break
                 offsets = [m.offset for m in taken]
-                ack_ids = planner.lease_new(offsets, [m.ordering_key or None for m in taken])
+                deliveries = planner.lease_new(offsets, [m.ordering_key or None for m in taken])
+                ack_ids = message_ack_ids(planner.policy.tag, offsets, deliveries)
                 new = tuple.__new__
                 parts.append(
                     [
@@ -152,9 +154,8 @@ class Claimer:
                     if keys.null_count == len(keys)
                     else [k or None for k in keys.to_pylist()]
                 )
-                first = planner.cursor.next_delivery
-                ack_ids = planner.lease_new(offsets, ordering_keys)
-                parts.append(Run(table, ack_ids, range(first, first + len(ack_ids))))
+                deliveries = planner.lease_new(offsets, ordering_keys)
+                parts.append(Run(table, None, deliveries, planner.policy.tag))
             claimed += len(offsets)
             if len(offsets) == wanted:
                 end = offsets[-1] + 1

@@ -42,9 +42,9 @@ def deliveries_to_ipc(items: Sequence[ReceivedMessage]) -> bytes:
 
 
 def _run_table(run: Run) -> pa.Table:
-    n = len(run.ack_ids)
+    n = len(run)
     columns = {
-        "ack_id": pa.array(run.ack_ids, pa.string()),
+        "ack_id": run.ack_id_column(),
         "delivery_attempt": pa.array([1] * n, pa.int32()),
         "event": pa.nulls(n, pa.string()),
     }
