@@ -293,8 +293,9 @@ class Streams:
         a message's receipt change and its ack as two calls, and the ack often comes
         first (three in four of a drain's receipt changes through the Go client).
 
-        The others go on alone: an id not out here (pulled elsewhere, or settled too
-        long ago), or out on a lot whose lease may have moved. Sending the whole
+        The others go on alone: an id not out here (pulled elsewhere, or its lot
+        gone: expired, its stream ended, or wholly settled and pulled more than the
+        slack ago), or out on a lot whose lease may have moved. Sending the whole
         change on for one such id had the dispatcher parse and check every id of it,
         and its answer mark every lot named as moved, so that the next receipt
         changes went on too: in a StreamingPull drain through Google's Go client
