@@ -179,7 +179,7 @@ class Run:
         self.table = table
         self._ack_ids = ack_ids
         self.deliveries = deliveries
-        self.tag = tag or (ack_ids[0][:8] if ack_ids else "")
+        self.tag = tag
 
     def __len__(self) -> int:
         return int(self.table.num_rows)

@@ -128,8 +128,7 @@ class Stream:
         """How many messages the stream may be sent now (0: wait for acks)."""
         now = time.monotonic()
         if now >= self._soonest:
-            for lot in [lot for lot in self.lots if lot.until <= now]:
-                self.door.streams.expired(lot)
+            self.door.streams.expired(*[lot for lot in self.lots if lot.until <= now])
             self._soonest = min((lot.until for lot in self.lots), default=float("inf"))
         if self.max_bytes and self.out_bytes >= self.max_bytes:
             return 0
@@ -190,8 +189,7 @@ class Stream:
             for task in waiting:
                 task.cancel()
             self._give_back()
-            for lot in self.lots:
-                self.door.streams.forget(lot)
+            self.door.streams.forget(*self.lots)
 
     def _give_back(self) -> None:
         """The stream ended: withdraw its pull, release what it never wrote."""

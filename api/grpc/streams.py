@@ -345,13 +345,17 @@ class Streams:
                 lot.stream.held_until(until)
                 lot.stream.lease_s = max(constants.MIN_ACK_DEADLINE_S, seconds)
 
-    def expired(self, lot: Lot) -> None:
-        """The lot's leases ran out: what it still holds leaves the room."""
-        self.forget(lot)
-        lot.settle(lot.left)
+    def expired(self, *lots: Lot) -> None:
+        """The lots' leases ran out: what they still hold leaves the room."""
+        self.forget(*lots)
+        for lot in lots:
+            lot.settle(lot.left)
 
-    def forget(self, lot: Lot) -> None:
-        """Route none of the lot's deliveries any more (its stream ended, or it expired)."""
-        index = self._tags.get(lot.tag)
-        if index is not None and lot in index.lots:
-            self._set(lot.tag, [other for other in index.lots if other is not lot])
+    def forget(self, *lots: Lot) -> None:
+        """Route none of the lots' deliveries any more (their stream ended, or they
+        expired): each tag's index is rebuilt once, however many of its lots leave."""
+        gone = set(lots)
+        for tag in {lot.tag for lot in lots}:
+            index = self._tags.get(tag)
+            if index is not None and not gone.isdisjoint(index.lots):
+                self._set(tag, [lot for lot in index.lots if lot not in gone])

@@ -86,9 +86,9 @@ def test_lots_of_scattered_and_out_of_order_deliveries_are_found() -> None:
     odd = [f"{TAG}-e9-22", f"{TAG}-m1-3", "ffffffff-m1-20", f"{TAG}-m1-99999999999999999999"]
     streams.settled(split(odd).parsed)
     assert (late.left, early.left) == (1, 2)
-    streams.forget(late)
-    streams.settled(split(ids(20)).parsed)
-    assert late.left == 1  # no longer routed here
+    streams.forget(late, early)  # a stream that ends forgets all its lots at once
+    streams.settled(split(ids(20, 3)).parsed)
+    assert (late.left, early.left) == (1, 2)  # no longer routed here
 
 
 def test_a_random_history_settles_as_a_map_of_ids_would() -> None:
