@@ -76,7 +76,7 @@ def test_a_read_of_what_this_process_wrote_decodes_nothing(tmp_path: Path) -> No
 
 def test_the_cache_keeps_within_its_bytes_and_drops_the_oldest() -> None:
     one = _batch(0, 1000)
-    cache = DecodedFiles(max_bytes=one.nbytes * 5)
+    cache = DecodedFiles(max_bytes=one.get_total_buffer_size() * 5)
     for i in range(8):
         cache.put("uri", f"f{i}", _batch(i * 1000, 1000))
         assert cache._bytes <= cache.max_bytes

@@ -212,7 +212,8 @@ def _min_max(column: pa.ChunkedArray | pa.Array) -> tuple[Any, Any]:
 
 def _format_ms(ms: int) -> str:
     seconds, millis = divmod(ms, _MS_PER_S)
-    return f"{datetime.fromtimestamp(seconds, tz=UTC):%Y-%m-%dT%H:%M:%S}.{millis:03d}Z"
+    # time.gmtime, not datetime.fromtimestamp(tz=UTC): the same text in a quarter of the time.
+    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(seconds))}.{millis:03d}Z"
 
 
 def now_ms() -> int:
@@ -224,15 +225,17 @@ def parquet_file(rows: pa.Table, *, row_group_rows: int | None) -> pa.Buffer:
     # Into memory, then one write: half the time of letting pyarrow open the
     # file. No dictionaries: payloads are mostly unique, and encoding them
     # costs more than it saves.
+    # The writer itself, not pq.write_table: that resolves a filesystem and checks its
+    # arguments first, a fifth of the time of writing a one-message file.
     sink = pa.BufferOutputStream()
-    pq.write_table(
-        rows,
+    with pq.ParquetWriter(
         sink,
+        rows.schema,
         compression=_compression(rows),
         use_dictionary=False,
-        row_group_size=row_group_rows,
         write_statistics=statistics_columns(rows.schema),
-    )
+    ) as writer:
+        writer.write_table(rows, row_group_size=row_group_rows)
     return sink.getvalue()
 
 

@@ -175,9 +175,11 @@ class Objects:
             obstore.put(store, key, memoryview(data).cast("B"))
             self.written.keep(uri, data)
             return
-        os.makedirs(os.path.dirname(uri), exist_ok=True)
-        with open(uri, "wb") as f:
-            f.write(data)
+        try:
+            _write(uri, data)
+        except FileNotFoundError:  # the first file in its directory
+            os.makedirs(os.path.dirname(uri), exist_ok=True)
+            _write(uri, data)
 
     def replace(self, uri: str, data: bytes | pa.Buffer) -> None:
         """Write ``data`` at ``uri``, over what is there: readers see the old object
@@ -231,6 +233,11 @@ class Objects:
             return
         with contextlib.suppress(FileNotFoundError):
             os.unlink(uri)
+
+
+def _write(path: str, data: bytes | pa.Buffer) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
 
 
 def split_s3(uri: str) -> tuple[str, str]:
