@@ -30,6 +30,7 @@ import pyarrow as pa
 from obstore.exceptions import AlreadyExistsError, PreconditionError
 from obstore.store import S3Store
 
+from lakepubsub._lake.direct import write as write_direct
 from lakepubsub._lake.meter import METER
 
 # A data file up to this size is read with one GET of the whole object; a larger
@@ -95,9 +96,17 @@ class Objects:
     """Reads and writes whole objects; local paths or ``s3://`` URIs."""
 
     def __init__(
-        self, is_s3: bool, storage_options: Mapping[str, str] | None, written_bytes: int = 0
+        self,
+        is_s3: bool,
+        storage_options: Mapping[str, str] | None,
+        written_bytes: int = 0,
+        *,
+        direct: bool = True,
     ) -> None:
         self.is_s3 = is_s3
+        # Local data files of DIRECT_MIN_BYTES or more are written past the page
+        # cache (``direct``).
+        self.direct = direct
         # object_store's keys, as delta-rs is given them (AWS_ENDPOINT_URL, ...).
         self._config = {k.lower(): v for k, v in (storage_options or {}).items()}
         self._config.setdefault("aws_region", "us-east-1")
@@ -176,10 +185,10 @@ class Objects:
             self.written.keep(uri, data)
             return
         try:
-            _write(uri, data)
+            _write(uri, data, self.direct)
         except FileNotFoundError:  # the first file in its directory
             os.makedirs(os.path.dirname(uri), exist_ok=True)
-            _write(uri, data)
+            _write(uri, data, self.direct)
 
     def replace(self, uri: str, data: bytes | pa.Buffer) -> None:
         """Write ``data`` at ``uri``, over what is there: readers see the old object
@@ -235,7 +244,9 @@ class Objects:
             os.unlink(uri)
 
 
-def _write(path: str, data: bytes | pa.Buffer) -> None:
+def _write(path: str, data: bytes | pa.Buffer, direct: bool) -> None:
+    if direct and write_direct(path, data):
+        return
     with open(path, "wb") as f:
         f.write(data)
 

@@ -103,7 +103,12 @@ class Lake:
             os.makedirs(self.root, exist_ok=True)
         else:
             raise errors.InvalidArgument(f"unsupported lake URI {settings.lake!r}")
-        self.objects = Objects(self.is_s3, self.storage_options, constants.WRITTEN_CACHE_BYTES)
+        self.objects = Objects(
+            self.is_s3,
+            self.storage_options,
+            constants.WRITTEN_CACHE_BYTES,
+            direct=settings.direct_writes,
+        )
         self._intake_uri: str | None = None
 
     # -- locations -----------------------------------------------------------------

@@ -100,6 +100,9 @@ class Settings:
     # Intake rows of a topic move to its messages table once the oldest is this
     # old (or they reach constants.INTAKE_MOVE_BYTES). None: by storage kind.
     intake_move_s: float | None = None
+    # A local lake's large data files are written past the page cache (O_DIRECT,
+    # lakepubsub/_lake/direct.py) where the filesystem allows it.
+    direct_writes: bool = True
     commit_attempts: int = constants.COMMIT_ATTEMPTS
     worker_idle_exit_s: float = constants.WORKER_IDLE_EXIT_S
     max_inflight_requests: int = constants.MAX_INFLIGHT_REQUESTS
@@ -134,6 +137,7 @@ class Settings:
             intake=_optional(env, "LAKEPUBSUB_INTAKE", _flag),
             intake_lake=env.get("LAKEPUBSUB_INTAKE_LAKE") or None,
             intake_move_s=_optional(env, "LAKEPUBSUB_INTAKE_MOVE_S", float),
+            direct_writes=_flag(env.get("LAKEPUBSUB_DIRECT_WRITES", "1")),
             max_inflight_requests=int(
                 env.get("LAKEPUBSUB_MAX_INFLIGHT_REQUESTS", constants.MAX_INFLIGHT_REQUESTS)
             ),
