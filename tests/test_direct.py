@@ -1,7 +1,8 @@
-"""Large data files of a local lake written past the page cache
+"""Large data files of a local lake written and read past the page cache
 (lakepubsub/_lake/direct.py): every byte lands, whatever the size and the
 alignment of the memory it comes from, the page cache keeps at most the last
-page of such a file, and Delta readers read the tables whole."""
+page of such a file, reading it back leaves the cache as it was, and Delta
+readers read the tables whole."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from lakepubsub import Engine
 from lakepubsub._lake import direct
 from lakepubsub._lake.objects import Objects
 from lakepubsub.messages import PublishMessage
+from lakepubsub.publish.decoded import DECODED
+from lakepubsub.publish.messages_table import MessagesTable
 from lakepubsub.resources.names import TopicName
 from lakepubsub.resources.topics import Topic
 from lakepubsub.settings import Settings
@@ -99,6 +102,14 @@ def test_delta_readers_read_batches_written_past_the_page_cache(tmp_path: Path) 
         table = DeltaTable(engine.lake.uri("topics", uid, "messages"))
         sizes = pa.table(table.get_add_actions(flatten=True)).column("size_bytes").to_pylist()
         assert len(sizes) == 3 and min(sizes) >= direct.DIRECT_MIN_BYTES
+        # Our own reader first, with nothing kept decoded: the same rows, and the
+        # files' pages stay out of the page cache (the tail's page at most).
+        DECODED.clear()
+        ours = MessagesTable(engine.lake, uid).read_range(0, len(sent))
+        assert ours.column("data").to_pylist() == sent
+        for path in (Path(table.table_uri) / f for f in table.file_uris()):
+            pages = _resident_pages(path)
+            assert pages is None or pages <= 1, (path, pages)
         rows = table.to_pyarrow_table().sort_by("offset")
         assert rows.column("data").to_pylist() == sent
     finally:

@@ -104,7 +104,7 @@ class Objects:
         direct: bool = True,
     ) -> None:
         self.is_s3 = is_s3
-        # Local data files of DIRECT_MIN_BYTES or more are written past the page
+        # Local data files of DIRECT_MIN_BYTES or more are written and read past the page
         # cache (``direct``).
         self.direct = direct
         # object_store's keys, as delta-rs is given them (AWS_ENDPOINT_URL, ...).

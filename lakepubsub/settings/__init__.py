@@ -100,7 +100,7 @@ class Settings:
     # Intake rows of a topic move to its messages table once the oldest is this
     # old (or they reach constants.INTAKE_MOVE_BYTES). None: by storage kind.
     intake_move_s: float | None = None
-    # A local lake's large data files are written past the page cache (O_DIRECT,
+    # A local lake's large data files are written and read past the page cache (O_DIRECT,
     # lakepubsub/_lake/direct.py) where the filesystem allows it.
     direct_writes: bool = True
     commit_attempts: int = constants.COMMIT_ATTEMPTS
