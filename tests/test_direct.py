@@ -12,11 +12,12 @@ import subprocess
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
 from lakepubsub import Engine
-from lakepubsub._lake import direct
+from lakepubsub._lake import actions, direct
 from lakepubsub._lake.objects import Objects
 from lakepubsub.messages import PublishMessage
 from lakepubsub.publish.decoded import DECODED
@@ -114,3 +115,23 @@ def test_delta_readers_read_batches_written_past_the_page_cache(tmp_path: Path) 
         assert rows.column("data").to_pylist() == sent
     finally:
         engine.close()
+
+
+def test_large_files_are_encoded_into_aligned_memory_and_small_room_falls_back() -> None:
+    """A file of ``DIRECT_MIN_BYTES`` or more is encoded straight into memory aligned
+    for ``O_DIRECT`` (so it is written without another copy), with the same bytes as
+    pyarrow's growing stream makes; one that outgrows its room is refused."""
+    n = 600
+    rows = pa.table(
+        {
+            "offset": pa.array(range(n), pa.int64()),
+            "data": pa.array([os.urandom(1024) for _ in range(n)], pa.binary()),
+        }
+    )
+    made = actions.parquet_file(rows, row_group_rows=None)
+    assert made.size >= direct.DIRECT_MIN_BYTES and made.address % direct.BLOCK == 0
+    stream = pa.BufferOutputStream()
+    actions._write(rows, stream, None)
+    assert made.equals(stream.getvalue())
+    assert pq.read_table(pa.BufferReader(made)).equals(rows)
+    assert actions._into_aligned(rows, None, size=0) is None
