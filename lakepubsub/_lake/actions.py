@@ -243,9 +243,7 @@ def _into_aligned(rows: pa.Table, row_group_rows: int | None, size: int) -> pa.B
     stream moved it several times, and its bytes were then copied once more
     to be aligned."""
     room = size + size // 5 + _PARQUET_SLACK_BYTES
-    spare = pa.allocate_buffer(room + direct.BLOCK)
-    start = -spare.address % direct.BLOCK
-    window = pa.py_buffer(memoryview(spare).cast("B")[start : start + room])
+    window = pa.py_buffer(direct.aligned_memory(room))
     sink = pa.FixedSizeBufferWriter(window)
     try:
         _write(rows, sink, row_group_rows)

@@ -201,16 +201,15 @@ class LogView:
         1,000-message file of 1 KiB took to open and decode, and mapping the file
         saves 45 µs more. In a drain of 1,000,000 such messages the server
         spent 0.23 µs a message less (``bench/results/ab-parquet-open.md``)."""
+        entry = self.files.get(relative)
+        size = entry.size if entry is not None else None
         if not self._lake.is_s3:
             path = self.path_of(relative)
-            entry = self.files.get(relative)
-            large = entry is None or entry.size >= direct.DIRECT_MIN_BYTES
+            large = size is None or size >= direct.DIRECT_MIN_BYTES
             whole = direct.read(path) if large and self._lake.objects.direct else None
             if whole is not None:
                 return pq.ParquetFile(pa.BufferReader(whole), pre_buffer=False)
             return pq.ParquetFile(pa.memory_map(path), pre_buffer=False)
-        entry = self.files.get(relative)
-        size = entry.size if entry is not None else None
         source = self._lake.objects.open_read(self.path_of(relative), size)
         return pq.ParquetFile(source, pre_buffer=isinstance(source, pa.PythonFile))
 

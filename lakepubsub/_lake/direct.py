@@ -93,10 +93,7 @@ def read(path: str) -> pa.Buffer | None:
         size = os.fstat(fd).st_size
         if size < DIRECT_MIN_BYTES:
             return None
-        whole = size + -size % BLOCK  # reads past the end stop at it
-        spare = pa.allocate_buffer(whole + BLOCK)
-        start = -spare.address % BLOCK
-        into = memoryview(spare).cast("B")[start : start + whole]
+        into = aligned_memory(size + -size % BLOCK)  # reads past the end stop at it
         done = 0
         while done < size:
             try:
@@ -107,9 +104,17 @@ def read(path: str) -> pa.Buffer | None:
             if not got:
                 break
             done += got
-        return spare.slice(start, done)
+        return pa.py_buffer(into).slice(0, done)
     finally:
         os.close(fd)
+
+
+def aligned_memory(size: int) -> memoryview:
+    """``size`` writable bytes of Arrow memory starting at a multiple of ``BLOCK``
+    (``pa.py_buffer`` makes them an Arrow buffer that keeps them alive)."""
+    spare = pa.allocate_buffer(size + BLOCK)
+    start = -spare.address % BLOCK
+    return memoryview(spare).cast("B")[start : start + size]
 
 
 def _aligned(data: bytes | pa.Buffer, view: memoryview, size: int) -> memoryview:
@@ -117,9 +122,7 @@ def _aligned(data: bytes | pa.Buffer, view: memoryview, size: int) -> memoryview
     buffer = data if isinstance(data, pa.Buffer) else pa.py_buffer(data)
     if buffer.address % BLOCK == 0:
         return view[:size]
-    spare = pa.allocate_buffer(size + BLOCK)
-    start = -spare.address % BLOCK
-    aligned = memoryview(spare).cast("B")[start : start + size]
+    aligned = aligned_memory(size)
     aligned[:] = view[:size]
     return aligned
 
