@@ -28,6 +28,14 @@ publish case (8 Go publishers, 200,000 messages), three alternating pairs,
 the publisher thread fell from 6.7-8.3 to 4.3-4.8 us per message and the
 server from 15.4-18.1 to 13.6-14.4; the StreamingPull drain did not change.
 Arrow's own ``ARROW_DEFAULT_MEMORY_POOL``, when set, chooses instead.
+
+jemalloc hands pages a process freed back to the kernel once they stayed unused
+for its decay time, which pyarrow's build keeps short. Each commit's buffers are
+freed and made again at once, so short decay gave most of them back between
+commits, to be faulted in again. With ``JEMALLOC_DECAY_MS`` (10 s), the committer's
+page faults in the gRPC bench's batched publish of 1,000,000 messages went from
+150,855 to 67,397 and its CPU from 2.34 to 1.96 µs a message. Memory a burst freed
+stays mapped that much longer.
 """
 
 from __future__ import annotations
@@ -36,6 +44,8 @@ import gc
 import os
 
 import pyarrow as pa
+
+JEMALLOC_DECAY_MS = 10_000
 
 
 def settle(young_threshold: int) -> None:
@@ -58,3 +68,5 @@ def arrow_allocator() -> None:
         pa.set_memory_pool(pa.jemalloc_memory_pool())
     except NotImplementedError:  # pyarrow's ArrowNotImplementedError
         pa.set_memory_pool(pa.system_memory_pool())
+        return
+    pa.jemalloc_set_decay_ms(JEMALLOC_DECAY_MS)

@@ -30,7 +30,6 @@ from api.grpc.wire import pb, subscription_name, topic_name
 from api.pulls import pulled, reports_attempts, start_pull
 from lakepubsub import errors
 from lakepubsub.delivery.ackids import split_malformed
-from lakepubsub.publish import batches
 from lakepubsub.resources.iam import Resource
 from lakepubsub.resources.names import SubscriptionName
 
@@ -48,23 +47,17 @@ def _sub_params(name: SubscriptionName) -> dict[str, str]:
 # -- Publisher: Publish ------------------------------------------------------------------------
 
 
-async def publish(door: GrpcDoor, request: PublishBody, call: Call) -> Message:
+async def publish(door: GrpcDoor, request: PublishBody, call: Call) -> bytes:
     """Answered once every message is committed to the topic's table."""
     name = topic_name(request.topic)
     await call.check("publish", {"project": name.project, "topic": name.id})
-    batch = batches.checked(request.data, request.attributes, request.ordering_keys)
+    batch = request.batch()
     engine = door.engine
     if engine.lookups_need_no_io():
         future = engine.publish_batch_future(name, batch)
     else:
         future = await asyncio.to_thread(engine.publish_batch_future, name, batch)
-    ids = await answers.of(future)
-    answer: Message = _PUBLISH_RESPONSE(message_ids=ids)
-    return answer
-
-
-# Any: types-protobuf 7.35.1.20261122 gives Message no keyword arguments.
-_PUBLISH_RESPONSE: Any = pb(ps.PublishResponse)
+    return publish_request.answer(await answers.of(future))
 
 
 # -- Subscriber: the hot paths ---------------------------------------------------------------

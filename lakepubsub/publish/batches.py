@@ -7,18 +7,23 @@ messages, computing each one's size and checking the limits as it goes: about
 ``pyarrow.compute`` instead costs ~15 kernel calls of 5-20 µs each per request,
 which dominated requests of 100 messages.)
 
-A checked batch keeps its Python lists; the publisher's thread turns every batch
-of a commit into Arrow columns at once (``combined``). pyarrow releases the GIL
-in every call, so each call on a door's event loop handed the GIL to whichever
-thread was waiting for it, and the loop waited to get it back: building the
-columns of one message took 27 µs alone and 1.5 ms beside a busy thread.
+A checked batch keeps its Python lists, or, from the gRPC door, the request's own
+bytes and where each message's data lies in them (``sliced``); the publisher's
+thread turns every batch of a commit into Arrow columns at once (``combined``).
+pyarrow releases the GIL in every call, so each call on a door's event loop handed
+the GIL to whichever thread was waiting for it, and the loop waited to get it
+back: building the columns of one message took 27 µs alone and 1.5 ms beside a
+busy thread.
 """
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from lakepubsub import constants, errors
@@ -34,22 +39,37 @@ _TYPES = (
 
 
 _Lists = tuple[Sequence[bytes], Sequence[Attributes], Sequence[str | None], Sequence[int]]
+# Messages of data alone, message i's data being ``lengths[i]`` bytes of ``buffer``
+# from ``starts[i]`` on: (buffer, starts, lengths); ``starts`` a range when the
+# messages are of one size, one after another at a fixed stride.
+_Slices = tuple[bytes, Sequence[int], list[int]]
 
 
 class Batch:
     """Messages to publish with their total ``size`` in bytes: Arrow ``columns``
-    (data, attributes, ordering_key, size: messages-table names), or the Python
-    lists ``checked`` made them from, turned into columns when first needed."""
+    (data, attributes, ordering_key, size: messages-table names), or what they are
+    made of when first needed: the Python lists ``checked`` made them from, or the
+    slices of a buffer ``sliced`` took."""
 
-    __slots__ = ("_columns", "_lists", "count", "size")
+    __slots__ = ("_columns", "_lists", "_slices", "count", "size")
 
-    def __init__(self, columns: pa.Table | None, size: int, lists: _Lists | None = None) -> None:
-        if (columns is None) == (lists is None):
-            raise ValueError("a batch is built from columns or from lists, one of them")
+    def __init__(
+        self,
+        columns: pa.Table | None,
+        size: int,
+        lists: _Lists | None = None,
+        slices: _Slices | None = None,
+    ) -> None:
+        if sum(given is not None for given in (columns, lists, slices)) != 1:
+            raise ValueError("a batch is built from columns, lists or slices, one of them")
         self._columns = columns
         self._lists = lists
+        self._slices = slices
         self.size = size
-        self.count = int(columns.num_rows) if columns is not None else len(_given(lists)[0])
+        if columns is not None:
+            self.count = int(columns.num_rows)
+        else:
+            self.count = len(slices[1]) if slices is not None else len(_given(lists)[0])
 
     @property
     def has_columns(self) -> bool:
@@ -59,15 +79,29 @@ class Batch:
     @property
     def columns(self) -> pa.Table:
         if self._columns is None:
-            self._columns = _table(*_given(self._lists))
+            self._columns = _sliced_table([self]) if self._slices else _listed_table([self])
         return self._columns
 
 
 def combined(batches: Sequence[Batch]) -> pa.Table:
-    """The columns of ``batches``, in order, as one table. Batches still in lists
-    become Arrow together: one pyarrow call per column for all of them."""
+    """The columns of ``batches``, in order, as one table. Consecutive batches still
+    in lists, or in slices, become Arrow together: a few pyarrow calls for all of
+    them."""
     if len(batches) == 1 or any(b._columns is not None for b in batches):
         return pa.concat_tables([b.columns for b in batches])
+    parts = [
+        _sliced_table(run) if sliced else _listed_table(run)
+        for sliced, run in (
+            (key, list(group))
+            for key, group in itertools.groupby(batches, lambda b: b._slices is not None)
+        )
+    ]
+    return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+
+
+def _listed_table(batches: Sequence[Batch]) -> pa.Table:
+    if len(batches) == 1:
+        return _table(*_given(batches[0]._lists))
     data: list[bytes] = []
     attributes: list[Attributes] = []
     keys: list[str | None] = []
@@ -82,8 +116,82 @@ def combined(batches: Sequence[Batch]) -> pa.Table:
 
 
 def _given(lists: _Lists | None) -> _Lists:
-    assert lists is not None  # a batch without columns has lists
+    assert lists is not None  # a batch without columns or slices has lists
     return lists
+
+
+def _sliced_table(batches: Sequence[Batch]) -> pa.Table:
+    """The columns of batches of slices, their data copied out of the buffers in C:
+    consecutive batches of one-size messages at a fixed stride (``starts`` a range)
+    into one Arrow buffer, by a strided copy each; any other batch through a binary
+    array whose values alternate between a message's data and the bytes up to the
+    next one's, and a ``take`` of every other value."""
+    chunks: list[pa.Array] = []
+    sizes: list[np.ndarray] = []
+    for strided, run in itertools.groupby(batches, lambda b: isinstance(_sliced(b)[1], range)):
+        if strided:
+            chunks.append(_strided(list(run), sizes))
+        else:
+            for batch in run:
+                buffer, starts, lengths = _sliced(batch)
+                sizes.append(np.array(lengths, np.int64))
+                chunks.append(_gathered(buffer, starts, sizes[-1]))
+    rows = sum(len(chunk) for chunk in chunks)
+    return pa.Table.from_arrays(
+        [
+            pa.chunked_array(chunks, pa.binary()),
+            pa.nulls(rows, table_schemas.ATTRIBUTES),
+            pa.nulls(rows, pa.string()),
+            pa.array(np.concatenate(sizes) if len(sizes) > 1 else sizes[0]),
+        ],
+        schema=COLUMNS,
+    )
+
+
+def _sliced(batch: Batch) -> _Slices:
+    assert batch._slices is not None  # only batches of slices come here
+    return batch._slices
+
+
+def _strided(batches: list[Batch], sizes: list[np.ndarray]) -> pa.Array:
+    """The data of batches whose messages are of one size at a fixed stride, in one
+    binary array; each batch's sizes appended to ``sizes``."""
+    lengths = [np.full(len(s[2]), s[2][0], np.int64) for s in map(_sliced, batches)]
+    sizes.extend(lengths)
+    ends = np.cumsum(np.concatenate(lengths) if len(lengths) > 1 else lengths[0])
+    total = int(ends[-1])
+    if total > _MAX_BINARY_BYTES:
+        raise ValueError(f"{total} bytes of data do not fit one binary array")
+    data = pa.allocate_buffer(total)
+    out = np.frombuffer(data, np.uint8)
+    at = 0
+    for buffer, starts, one in map(_sliced, batches):
+        assert isinstance(starts, range)
+        each = one[0]
+        n, step = len(starts), starts.step
+        view = np.frombuffer(buffer, np.uint8, (n - 1) * step + each, starts.start)
+        strided = np.lib.stride_tricks.as_strided(view, (n, each), (step, 1), writeable=False)
+        out[at : at + n * each].reshape(n, each)[:] = strided
+        at += n * each
+    offsets = np.zeros(len(ends) + 1, np.int32)
+    offsets[1:] = ends
+    return pa.Array.from_buffers(pa.binary(), len(ends), [None, pa.py_buffer(offsets), data])
+
+
+_MAX_BINARY_BYTES = 2**31 - 1  # a binary array's offsets are 32-bit
+
+
+def _gathered(buffer: bytes, starts: Sequence[int], sizes: np.ndarray) -> pa.Array:
+    """The data of messages at ``starts`` in ``buffer`` as a binary array."""
+    n = len(starts)
+    bounds = np.empty(2 * n, np.int32)
+    first = np.array(starts, np.int32)
+    bounds[0::2] = first
+    bounds[1::2] = first + sizes
+    spaced = pa.Array.from_buffers(
+        pa.binary(), 2 * n - 1, [None, pa.py_buffer(bounds), pa.py_buffer(buffer)]
+    )
+    return spaced.take(np.arange(0, 2 * n - 1, 2))
 
 
 def build(
@@ -112,13 +220,7 @@ def checked(
 ) -> Batch:
     """A batch of these messages if they respect Pub/Sub's publish limits; else
     ``InvalidArgument`` naming the first offending message."""
-    n = len(data)
-    if n == 0:
-        raise errors.InvalidArgument("The request contains no messages")
-    if n > constants.MAX_MESSAGES_PER_PUBLISH:
-        raise errors.InvalidArgument(
-            f"The request contains {n} messages; the limit is {constants.MAX_MESSAGES_PER_PUBLISH}"
-        )
+    _check_count(len(data))
     sizes = []
     try:
         for i, (blob, attrs, key) in enumerate(zip(data, attributes, ordering_keys, strict=True)):
@@ -144,12 +246,48 @@ def checked(
             sizes.append(size)
     except UnicodeEncodeError as exc:
         raise errors.InvalidArgument(f"messages: text is not valid Unicode: {exc}") from exc
+    return Batch(None, _checked_total(sizes), (data, attributes, ordering_keys, sizes))
+
+
+def _check_count(n: int) -> None:
+    if n == 0:
+        raise errors.InvalidArgument("The request contains no messages")
+    if n > constants.MAX_MESSAGES_PER_PUBLISH:
+        raise errors.InvalidArgument(
+            f"The request contains {n} messages; the limit is {constants.MAX_MESSAGES_PER_PUBLISH}"
+        )
+
+
+def _checked_total(sizes: Sequence[int]) -> int:
     total = sum(sizes)
     if total > constants.MAX_PUBLISH_REQUEST_BYTES:
         raise errors.InvalidArgument(
             f"The request is {total} bytes; the limit is {constants.MAX_PUBLISH_REQUEST_BYTES}"
         )
-    return Batch(None, total, (data, attributes, ordering_keys, sizes))
+    return total
+
+
+def sliced(buffer: bytes, starts: Sequence[int], lengths: list[int]) -> Batch:
+    """A batch of messages of data alone, message i's data being ``lengths[i]``
+    bytes of ``buffer`` from ``starts[i]`` on, if they respect the publish limits;
+    else ``InvalidArgument`` as ``checked`` words it. The buffer is kept until the
+    batch's columns are made."""
+    n = len(starts)
+    _check_count(n)
+    if isinstance(starts, range):
+        if lengths.count(lengths[0]) != n or starts.step < lengths[0]:
+            raise ValueError("slices at a fixed stride are of one size, within it")
+        last = starts[-1] + lengths[0]
+    else:
+        last = max(map(operator.add, starts, lengths))
+    if len(lengths) != n or min(starts) < 0 or last > len(buffer):
+        raise ValueError("slices outside their buffer")
+    if not min(lengths):
+        i = lengths.index(0)
+        raise errors.InvalidArgument(
+            f"messages[{i}]: a message needs non-empty data or an attribute"
+        )
+    return Batch(None, _checked_total(lengths), slices=(buffer, starts, lengths))
 
 
 def _attribute_bytes(attrs: list[tuple[str, str]], i: int) -> int:
