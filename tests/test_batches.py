@@ -92,6 +92,9 @@ def test_slices_of_one_size_at_a_stride_are_copied_alike() -> None:
     stride = starts[1] - starts[0]
     strided = sliced(buffer, range(starts[0], starts[-1] + 1, stride), lengths)
     assert strided.columns.column("data").to_pylist() == data
+    # the first slice at the buffer's start, with no gap before it
+    at_start = sliced(b"xxxx##yyyy", range(0, 7, 6), [4, 4])
+    assert at_start.columns.column("data").to_pylist() == [b"xxxx", b"yyyy"]
 
 
 def test_slices_lists_and_columns_combine_in_order() -> None:

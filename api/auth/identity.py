@@ -28,6 +28,12 @@ class Authenticator:
             else None
         )
 
+    @property
+    def reads_headers(self) -> bool:
+        """Whether ``principal`` looks at the request's headers (only to check a
+        credential against the identities configured)."""
+        return self.settings.identities
+
     async def principal(self, scope: Scope) -> Principal:
         """Who sent the request; ``Unauthenticated`` if nobody acceptable."""
         headers = dict(scope.get("headers") or [])

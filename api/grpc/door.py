@@ -93,14 +93,17 @@ class Call:
 
     async def principal(self) -> Principal:
         if self._principal is None:
-            metadata = self.context.invocation_metadata() or ()
-            headers = [
-                (key.encode("latin-1"), value.encode("latin-1"))
-                for key, value in metadata
-                if isinstance(value, str)
-            ]
+            authenticator = self.door.authenticator
+            headers = []
+            if authenticator.reads_headers:  # else not worth a call's metadata copied
+                metadata = self.context.invocation_metadata() or ()
+                headers = [
+                    (key.encode("latin-1"), value.encode("latin-1"))
+                    for key, value in metadata
+                    if isinstance(value, str)
+                ]
             scope = {"headers": headers, "client": self.door.client_address(self.context.peer())}
-            self._principal = await self.door.authenticator.principal(scope)
+            self._principal = await authenticator.principal(scope)
         return self._principal
 
     async def check(self, rule: str, params: Mapping[str, str], body: Any = None) -> None:

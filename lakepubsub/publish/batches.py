@@ -169,8 +169,13 @@ def _strided(batches: list[Batch], sizes: list[np.ndarray]) -> pa.Array:
         assert isinstance(starts, range)
         each = one[0]
         n, step = len(starts), starts.step
-        view = np.frombuffer(buffer, np.uint8, (n - 1) * step + each, starts.start)
-        strided = np.lib.stride_tricks.as_strided(view, (n, each), (step, 1), writeable=False)
+        gap = step - each  # the bytes before each message's data
+        if starts.start >= gap:  # rows of gap and data: a reshape (as_strided costs ~10 µs)
+            rows = np.frombuffer(buffer, np.uint8, n * step, starts.start - gap)
+            strided = rows.reshape(n, step)[:, gap:]
+        else:
+            view = np.frombuffer(buffer, np.uint8, (n - 1) * step + each, starts.start)
+            strided = np.lib.stride_tricks.as_strided(view, (n, each), (step, 1), writeable=False)
         out[at : at + n * each].reshape(n, each)[:] = strided
         at += n * each
     offsets = np.zeros(len(ends) + 1, np.int32)
