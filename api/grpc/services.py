@@ -34,6 +34,9 @@ from lakepubsub.resources.iam import Resource
 from lakepubsub.resources.names import SubscriptionName
 
 Empty = empty_pb2.Empty
+# google.protobuf.Empty encoded: no bytes (a message built and serialized takes two
+# upb arenas, which count toward upb's malloc trims: api/grpc/publish_request.py).
+EMPTY = b""
 
 PUBLISHER = "google.pubsub.v1.Publisher"
 SUBSCRIBER = "google.pubsub.v1.Subscriber"
@@ -80,7 +83,7 @@ async def pull(door: GrpcDoor, request: Any, call: Call) -> bytes:
     return next(whole, (0, b""))[1]
 
 
-async def acknowledge(door: GrpcDoor, request: Any, call: Call) -> Message:
+async def acknowledge(door: GrpcDoor, request: Any, call: Call) -> bytes:
     name = subscription_name(request.subscription)
     await call.check("acknowledge", _sub_params(name))
     ack_ids = list(request.ack_ids)
@@ -92,26 +95,26 @@ async def acknowledge(door: GrpcDoor, request: Any, call: Call) -> Message:
     error = convert.ack_failures_error(failures)
     if error is not None:
         raise error
-    return Empty()
+    return EMPTY
 
 
-async def modify_ack_deadline(door: GrpcDoor, request: Any, call: Call) -> Message:
+async def modify_ack_deadline(door: GrpcDoor, request: Any, call: Call) -> bytes:
     name = subscription_name(request.subscription)
     await call.check("modify_ack_deadline", _sub_params(name))
     ack_ids = list(request.ack_ids)
     if not ack_ids:
-        return Empty()
+        return EMPTY
     seconds = request.ack_deadline_seconds
     split = door.streams.changing(name, split_malformed(ack_ids), seconds)  # receipts: here
     if not split.ids and not split.malformed:
-        return Empty()
+        return EMPTY
     future = door.engine.modify_ack_deadline_future(name, split.ids, seconds, split)
     failures = await answers.of(future)
     door.streams.extended(split, seconds, failures)
     error = convert.ack_failures_error(failures)
     if error is not None:
         raise error
-    return Empty()
+    return EMPTY
 
 
 # -- IAMPolicy ---------------------------------------------------------------------------------

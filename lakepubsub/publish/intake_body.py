@@ -72,7 +72,7 @@ class Body:
             head = heads[uid]
             offsets.extend(range(head, head + n))
         numbers = pa.array(offsets, pa.int64())
-        stamps = pa.array([now_us] * self.rows, schemas.UTC_US)  # ints are microseconds
+        stamps = schemas.utc_us_column(now_us, self.rows)
         return pa.Table.from_arrays(
             [self._topics, numbers, numbers.cast(pa.string()), stamps, *self._given],
             schema=schemas.INTAKE,

@@ -379,7 +379,8 @@ def create_table(lake: Lake, topic_uid: str) -> MessagesTable:
 def numbered(columns: pa.Table, head: int) -> pa.Table:
     """Checked publish columns as messages rows, offsets from ``head``, published now."""
     n = columns.num_rows
-    offsets = pa.array(range(head, head + n), pa.int64())
+    # From numpy, without a conversion of each int (0.115 µs a message with them).
+    offsets = pa.array(np.arange(head, head + n, dtype=np.int64))
     # A few ids are quicker made as text here than by a cast's dispatch (3 against 6 µs).
     ids = (
         pa.array([str(o) for o in range(head, head + n)], pa.string())
@@ -391,7 +392,7 @@ def numbered(columns: pa.Table, head: int) -> pa.Table:
         [
             offsets,
             ids,
-            pa.array([now_us] * n, table_schemas.UTC_US),  # ints are microseconds
+            table_schemas.utc_us_column(now_us, n),
             columns["data"],
             columns["attributes"],
             columns["ordering_key"],
