@@ -50,15 +50,13 @@ from lakepubsub.publish.batches import Attributes, Batch
 PUBLISH_REQUEST = pb(ps.PublishRequest)
 # Any: types-protobuf gives Message no keyword arguments.
 _PUBLISH_RESPONSE: Any = pb(ps.PublishResponse)
-_ONE_BYTE_VARINT = 0x80  # lengths below it are one byte in protobuf's varint
-
 
 _Lists = tuple[list[bytes], list[Attributes], list[str | None]]
 _Slices = tuple[bytes, Sequence[int], list[int]]
 # Tags (field number << 3 | 2, length-delimited) of PublishRequest.topic,
 # PublishRequest.messages and PubsubMessage.data.
 _TOPIC, _MESSAGE, _DATA = 0x0A, 0x12, 0x0A
-_LOW_BITS = 0x7F
+_LOW_BITS = 0x7F  # a varint's value bits in a byte; a byte up to it is the last
 _MAX_VARINT_BYTES = 10
 
 
@@ -219,7 +217,7 @@ def answer(ids: list[str]) -> bytes:
     lengths = set(map(len, ids))
     if len(lengths) == 1:
         size = lengths.pop()
-        if size < _ONE_BYTE_VARINT:
+        if size <= _LOW_BITS:  # one byte of length
             tag = "\n" + chr(size)
             encoded = (tag + tag.join(ids)).encode()
             if len(encoded) == len(ids) * (2 + size):  # every id was ASCII

@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 from google.iam.v1 import iam_policy_pb2, policy_pb2
-from google.protobuf import empty_pb2, json_format
+from google.protobuf import json_format
 from google.protobuf.message import Message
 from google.pubsub_v1.types import pubsub as ps
 
@@ -33,7 +33,6 @@ from lakepubsub.delivery.ackids import split_malformed
 from lakepubsub.resources.iam import Resource
 from lakepubsub.resources.names import SubscriptionName
 
-Empty = empty_pb2.Empty
 # google.protobuf.Empty encoded: no bytes (a message built and serialized takes two
 # upb arenas, which count toward upb's malloc trims: api/grpc/publish_request.py).
 EMPTY = b""

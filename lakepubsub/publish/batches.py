@@ -128,14 +128,17 @@ def _sliced_table(batches: Sequence[Batch]) -> pa.Table:
     next one's, and a ``take`` of every other value."""
     chunks: list[pa.Array] = []
     sizes: list[np.ndarray] = []
-    for strided, run in itertools.groupby(batches, lambda b: isinstance(_sliced(b)[1], range)):
+    for strided, run in itertools.groupby(map(_sliced, batches), lambda s: isinstance(s[1], range)):
+        slices = list(run)
+        lengths = [
+            np.full(len(one), one[0], np.int64) if strided else np.array(one, np.int64)
+            for _, _, one in slices
+        ]
+        sizes.extend(lengths)
         if strided:
-            chunks.append(_strided(list(run), sizes))
+            chunks.append(_strided(slices, lengths))
         else:
-            for batch in run:
-                buffer, starts, lengths = _sliced(batch)
-                sizes.append(np.array(lengths, np.int64))
-                chunks.append(_gathered(buffer, starts, sizes[-1]))
+            chunks.extend(map(_gathered, slices, lengths))
     rows = sum(len(chunk) for chunk in chunks)
     return pa.Table.from_arrays(
         [
@@ -153,11 +156,9 @@ def _sliced(batch: Batch) -> _Slices:
     return batch._slices
 
 
-def _strided(batches: list[Batch], sizes: list[np.ndarray]) -> pa.Array:
-    """The data of batches whose messages are of one size at a fixed stride, in one
-    binary array; each batch's sizes appended to ``sizes``."""
-    lengths = [np.full(len(s[2]), s[2][0], np.int64) for s in map(_sliced, batches)]
-    sizes.extend(lengths)
+def _strided(slices: list[_Slices], lengths: list[np.ndarray]) -> pa.Array:
+    """The data of slices of one size at a fixed stride (each batch's ``lengths``),
+    in one binary array."""
     ends = np.cumsum(np.concatenate(lengths) if len(lengths) > 1 else lengths[0])
     total = int(ends[-1])
     if total > _MAX_BINARY_BYTES:
@@ -165,7 +166,7 @@ def _strided(batches: list[Batch], sizes: list[np.ndarray]) -> pa.Array:
     data = pa.allocate_buffer(total)
     out = np.frombuffer(data, np.uint8)
     at = 0
-    for buffer, starts, one in map(_sliced, batches):
+    for buffer, starts, one in slices:
         assert isinstance(starts, range)
         each = one[0]
         n, step = len(starts), starts.step
@@ -186,8 +187,10 @@ def _strided(batches: list[Batch], sizes: list[np.ndarray]) -> pa.Array:
 _MAX_BINARY_BYTES = 2**31 - 1  # a binary array's offsets are 32-bit
 
 
-def _gathered(buffer: bytes, starts: Sequence[int], sizes: np.ndarray) -> pa.Array:
-    """The data of messages at ``starts`` in ``buffer`` as a binary array."""
+def _gathered(slices: _Slices, sizes: np.ndarray) -> pa.Array:
+    """The data of messages at ``starts`` in ``buffer`` (``slices``), of ``sizes``
+    bytes each, as a binary array."""
+    buffer, starts, _ = slices
     n = len(starts)
     bounds = np.empty(2 * n, np.int32)
     first = np.array(starts, np.int32)
@@ -279,13 +282,15 @@ def sliced(buffer: bytes, starts: Sequence[int], lengths: list[int]) -> Batch:
     batch's columns are made."""
     n = len(starts)
     _check_count(n)
+    if len(lengths) != n:
+        raise ValueError("a length for each slice")
     if isinstance(starts, range):
         if lengths.count(lengths[0]) != n or starts.step < lengths[0]:
             raise ValueError("slices at a fixed stride are of one size, within it")
         last = starts[-1] + lengths[0]
     else:
         last = max(map(operator.add, starts, lengths))
-    if len(lengths) != n or min(starts) < 0 or last > len(buffer):
+    if min(starts) < 0 or last > len(buffer):
         raise ValueError("slices outside their buffer")
     if not min(lengths):
         i = lengths.index(0)
