@@ -78,6 +78,60 @@ def test_a_run_is_written_as_one_delivery_at_a_time_would_be(attempts: bool) -> 
     )
 
 
+def plain(first: int, sizes: list[tuple[int, int]], times: list[int]) -> pa.Table:
+    """Rows without attributes or ordering keys, as most publishers store them:
+    ``count`` messages of ``size`` bytes for each pair of ``sizes``, publish times
+    taken in turn from ``times``, 300 rows each."""
+    lengths = [size for size, count in sizes for _ in range(count)]
+    n = len(lengths)
+    return pa.table(
+        {
+            "offset": list(range(first, first + n)),
+            "message_id": [str(first + i) for i in range(n)],
+            "publish_time": [times[i // 300 % len(times)] for i in range(n)],
+            "data": [bytes([i % 251]) * size for i, size in enumerate(lengths)],
+            "attributes": [None] * n,
+            "ordering_key": [None] * n,
+            "size": lengths,
+        },
+        schema=table_schemas.MESSAGES,
+    )
+
+
+@pytest.mark.parametrize("attempts", [False, True])
+def test_runs_of_plain_rows_are_laid_out_in_stretches_with_the_same_bytes(attempts: bool) -> None:
+    # Lengths change mid-run: data (one- and two-byte varints, empty), ack ids and
+    # message ids (offsets and delivery ids past a power of ten), publish times (their
+    # nanoseconds' varints: none, one byte, four, five).
+    sizes = [(1024, 300), (5, 200), (0, 150), (200, 250), (1024, 300)]
+    times = [1_764_000_000_000_000, 1_764_000_000_000_001, 1_764_000_000_999_999, 0, 7]
+    table = plain(99_700, sizes, times)
+    chunked = pa.concat_tables([table.slice(0, 250), table.slice(250, 0), table.slice(250)])
+    for part in (table, table.slice(3, 500), chunked, table.slice(650, 100)):
+        by_text = run_of(part)
+        offsets = part.column("offset").to_pylist()
+        numbered = Run(part, None, range(9_999_990, 9_999_990 + len(offsets)), "0a1b2c3d")
+        for run in (by_text, numbered):
+            one_at_a_time = encode.received_messages(run.received(), attempts=attempts)
+            pieces = encode_columns.run_pieces(run, attempts=attempts)
+            assert b"".join(bytes(rows) for rows, _ in pieces) == one_at_a_time
+            if part is chunked:  # laid out whole, not joined chunk by chunk
+                assert len(pieces) == 1
+            for rows, starts in pieces:
+                assert len(starts) == len(run) + 1 and starts[0] == 0 and starts[-1] == len(rows)
+            cut = list(encode_columns.responses(Received([run]), limit=97, attempts=attempts))
+            messages = [m for a in parsed(cut) for m in a.received_messages]
+            assert [m.ack_id for m in messages] == run.ack_ids
+            assert [m.message.data for m in messages] == part.column("data").to_pylist()
+    # Rows that change layout on nearly every row are joined as before.
+    ragged = plain(5, [(size, 1) for size in range(1, 300)], times)
+    run = run_of(pa.concat_tables([ragged.slice(0, 100), ragged.slice(100)]))
+    pieces = encode_columns.run_pieces(run, attempts=attempts)
+    assert len(pieces) == 2
+    one_at_a_time = encode.received_messages(run.received(), attempts=attempts)
+    assert b"".join(bytes(rows) for rows, _ in pieces) == one_at_a_time
+
+
 def parsed(responses: list[tuple[int, bytes]]) -> list[Any]:
     return [StreamingPullResponse.FromString(r) for _, r in responses]
 
