@@ -10,6 +10,7 @@ from lakepubsub._lake import table_schemas
 from lakepubsub.delivery.ackids import INVALID_ACK_ID, AckId, MessageIds, split_malformed
 from lakepubsub.delivery.leases import LEASED, Cursor, LeaseState, Row
 from lakepubsub.delivery.planner import Planner, Policy
+from lakepubsub.errors import InvalidArgument
 from lakepubsub.messages import Run, message_ack_ids
 
 NOW_US = 1_700_000_000_000_000
@@ -132,3 +133,58 @@ def test_a_runs_ack_ids_made_in_bulk_are_its_ids_as_text() -> None:
         assert run.ack_ids == expected
         cut = Run(table, None, range(first, first + n), "0a1b2c3d").slice(n // 3, n)
         assert cut.ack_id_column().to_pylist() == expected[n // 3 :]
+
+
+def by_one(texts: list[str]) -> tuple[list[str], list[AckId], dict[str, str]]:
+    """What ``split_malformed`` answers, one id at a time."""
+    good: list[str] = []
+    parsed: list[AckId] = []
+    malformed: dict[str, str] = {}
+    for text in texts:
+        try:
+            parsed.append(AckId.parse(text))
+            good.append(text)
+        except InvalidArgument:
+            malformed[text] = INVALID_ACK_ID
+    return good, parsed, malformed
+
+
+def test_ids_of_one_length_read_as_a_matrix_parse_as_one_by_one() -> None:
+    rng = random.Random(11)
+    tag = "feedbeef"
+    # one length, two numbers of as many digits each: read as a matrix of bytes
+    alike = [f"{tag}-m{o}-{d}" for o, d in zip(range(500, 900), range(7000, 7400), strict=True)]
+    good, parsed, malformed = split_malformed(alike)
+    assert isinstance(parsed, MessageIds) and parsed.deliveries is not None
+    assert (good, list(parsed), malformed) == by_one(alike)
+    assert parsed.offsets == list(range(500, 900)) and parsed.delivery_ids[-1] == 7399
+    # 18 digits each still fit; leading zeros read as protobuf's text would
+    wide = [f"{tag}-m{'9' * 18}-{'1' * 18}", f"{tag}-m{'0' * 17}7-{'2' * 18}"]
+    assert list(split_malformed(wide).parsed) == by_one(wide)[1]
+    # Then one byte changed, or the dash moved, or 19 digits, or another tag or kind:
+    # each parses, or fails alone, as it would one at a time.
+    changes = [*"0123456789-m\nxé", ""]
+    for _ in range(300):
+        texts = list(rng.sample(alike, 20))
+        i = rng.randrange(len(texts))
+        text = texts[i]
+        match rng.randrange(5):
+            case 0:
+                at = rng.randrange(len(text))
+                text = text[:at] + rng.choice(changes) + text[at + 1 :]
+            case 1:
+                head, _, tail = text.rpartition("-")
+                text = f"{head[:-1]}-{head[-1]}{tail}"  # same length, dash one left
+            case 2:
+                text = f"{tag}-m{'1' * 19}-{'2' * 19}"
+            case 3:
+                text = (
+                    text.replace(tag, "0badcafe")
+                    if rng.random() < 0.5
+                    else text.replace("-m", "-e")
+                )
+            case _:
+                text = text.replace("-", "-0", 1) if rng.random() < 0.5 else text[:-1]
+        texts[i] = text
+        good, parsed, malformed = split_malformed(texts)
+        assert (good, list(parsed), malformed) == by_one(texts), texts

@@ -23,6 +23,7 @@ door's CPU per message of a StreamingPull drain.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Sequence
 from typing import Protocol
@@ -40,6 +41,10 @@ from lakepubsub.resources.names import SubscriptionName
 LEASE_SLACK_S = LEASE_SLACK_US / constants.US_PER_S
 _INT64_MAX = 2**63 - 1
 _NONE = np.empty(0, dtype=np.int64)
+# A delivery's lot and its place in the lot as one number (``settled_deliveries``): a
+# lot holds far fewer deliveries than 2**32.
+_PLACE_BITS = 32
+_PLACE_MASK = (1 << _PLACE_BITS) - 1
 
 
 class Holder(Protocol):
@@ -264,11 +269,19 @@ class Streams:
         found = lot_of >= 0
         if not found.any():
             return
-        lot_of, place = lot_of[found], place[found]
-        for number in np.unique(lot_of).tolist():
-            lot = lots[number]
-            places = place[lot_of == number]
-            fresh = np.unique(places[~lot.settled[places]])  # repeated ids count once
+        # One sort groups the ids by lot and drops repeated ones; then a few numpy
+        # calls a lot, not a pass over every id for each lot.
+        keys = np.sort((lot_of[found] << _PLACE_BITS) | place[found])
+        repeated = keys[1:] == keys[:-1]
+        if repeated.any():
+            keys = keys[np.concatenate(([True], ~repeated))]
+        numbers_of = (keys >> _PLACE_BITS).astype(np.intp)
+        places = keys & _PLACE_MASK
+        bounds = [0, *(np.flatnonzero(numbers_of[1:] != numbers_of[:-1]) + 1).tolist(), len(keys)]
+        for start, end in itertools.pairwise(bounds):
+            lot = lots[int(numbers_of[start])]
+            mine = places[start:end]
+            fresh = mine[~lot.settled[mine]]
             if len(fresh):
                 lot.settled[fresh] = True
                 lot.settle(len(fresh))
@@ -306,12 +319,18 @@ class Streams:
         answered = np.zeros(len(split.ids), dtype=bool)
         for tag, numbers, places in _groups(split.parsed):
             lots, lot_of, _ = self._find(tag, numbers)
-            here = np.zeros(len(numbers), dtype=bool)
-            for number in np.unique(lot_of[lot_of >= 0]).tolist():
+            if not lots:
+                continue
+            # Which lots hold their leases as asked (the last entry: not out here),
+            # then each id by its lot's answer: numpy calls a request, not a lot.
+            holds = np.zeros(len(lots) + 1, dtype=bool)
+            named = np.bincount(lot_of + 1, minlength=len(lots) + 1)[1:].nonzero()[0]
+            for number in named.tolist():
                 lot = lots[number]
                 if lot.lease_s == seconds and lot.pulled_at >= latest and lot.stream.name == name:
                     lot.stream.lease_s = seconds
-                    here |= lot_of == number
+                    holds[number] = True
+            here = holds[lot_of]
             if places is None:
                 answered |= here
             else:
@@ -320,9 +339,9 @@ class Streams:
         if not count:
             return split
         DEADLINE_CHANGES_UNCHANGED.inc(count)
-        rest = [a for a, done in zip(split.ids, answered.tolist(), strict=True) if not done]
-        if not rest:
+        if count == len(split.ids):
             return Split([], [], split.malformed)
+        rest = [a for a, done in zip(split.ids, answered.tolist(), strict=True) if not done]
         return split_malformed(rest)._replace(malformed=split.malformed)
 
     def extended(self, split: Split, seconds: int, failures: dict[str, str]) -> None:

@@ -151,6 +151,50 @@ _DIGITS = b"0123456789"
 _FAST_LIMIT = 10**18
 
 
+_ZERO = ord("0")
+_DASH = ord("-")
+_NEWLINE = ord("\n")
+# The powers of ten of a number of up to 18 digits (below ``_FAST_LIMIT``), highest
+# first.
+_TENS = 10 ** np.arange(17, -1, -1, dtype=np.int64)
+
+
+def _scan_alike(text: str, count: int) -> MessageIds | None:
+    """``_scan_messages`` for ids that all have one length, with their two numbers
+    of as many digits each (ids handed out together mostly do): the ids as the rows
+    of a matrix of bytes, checked and read a column at a time. None for any other
+    text (``_scan_messages`` reads it).
+
+    About half the time of ``_scan_messages``'s replaces and text parse, which cost
+    0.1 µs an id: the Go client sends every message's ack id twice (a deadline
+    change on receipt, then the ack)."""
+    width = len(text) // count + 1  # an id and its newline
+    if width * count != len(text) + 1 or width < _TAG_CHARS + 6:
+        return None
+    raw = (text + "\n").encode()
+    if len(raw) != width * count:  # not ASCII
+        return None
+    rows = np.frombuffer(raw, np.uint8).reshape(count, width)
+    first = raw[:width]
+    dash = first.find(b"-", _TAG_CHARS + 2)
+    if first[_TAG_CHARS : _TAG_CHARS + 2] != b"-m" or not _TAG_CHARS + 3 <= dash < width - 2:
+        return None
+    # Every row: the first row's tag and "-m", digits, a dash where the first row has
+    # it, digits, and its newline (the text has no other: every row ends there).
+    head = np.frombuffer(first, np.uint8, _TAG_CHARS + 2)
+    if not (rows[:, : _TAG_CHARS + 2] == head).all() or _TAG.fullmatch(text[:_TAG_CHARS]) is None:
+        return None
+    if not ((rows[:, dash] == _DASH).all() and (rows[:, -1] == _NEWLINE).all()):
+        return None
+    numbers = np.empty(2 * count, np.int64)
+    for at, digits in ((0, rows[:, _TAG_CHARS + 2 : dash]), (1, rows[:, dash + 1 : -1])):
+        values = digits - np.uint8(_ZERO)  # below "0" wraps past 9
+        if digits.shape[1] > len(_TENS) or not (values < len(_DIGITS)).all():
+            return None
+        numbers[at::2] = values @ _TENS[len(_TENS) - digits.shape[1] :]
+    return MessageIds(text[:_TAG_CHARS], None, numbers=numbers)
+
+
 def _scan_messages(text: str, count: int) -> MessageIds | None:
     """``count`` ids (``text``, one per line) if all are message ids of the first
     one's tag.
@@ -160,6 +204,9 @@ def _scan_messages(text: str, count: int) -> MessageIds | None:
     text); numpy reads two numbers a line, so an empty one shows in their count.
     127 ns an id, where a regular expression's match and an ``int`` per id took
     197 (2,500 ids at a time)."""
+    alike = _scan_alike(text, count)
+    if alike is not None:
+        return alike
     tag = text[:_TAG_CHARS]
     if _TAG.fullmatch(tag) is None:
         return None
