@@ -135,18 +135,21 @@ def test_a_runs_ack_ids_made_in_bulk_are_its_ids_as_text() -> None:
         assert cut.ack_id_column().to_pylist() == expected[n // 3 :]
 
 
+def parse_or_none(text: str) -> AckId | None:
+    try:
+        return AckId.parse(text)
+    except InvalidArgument:
+        return None
+
+
 def by_one(texts: list[str]) -> tuple[list[str], list[AckId], dict[str, str]]:
     """What ``split_malformed`` answers, one id at a time."""
-    good: list[str] = []
-    parsed: list[AckId] = []
-    malformed: dict[str, str] = {}
-    for text in texts:
-        try:
-            parsed.append(AckId.parse(text))
-            good.append(text)
-        except InvalidArgument:
-            malformed[text] = INVALID_ACK_ID
-    return good, parsed, malformed
+    each = [(text, parse_or_none(text)) for text in texts]
+    return (
+        [text for text, ack in each if ack is not None],
+        [ack for _, ack in each if ack is not None],
+        {text: INVALID_ACK_ID for text, ack in each if ack is None},
+    )
 
 
 def test_ids_of_one_length_read_as_a_matrix_parse_as_one_by_one() -> None:
