@@ -117,8 +117,11 @@ class PlannedRows:
                     changed[(MESSAGE, offset)] = None
                 hit -= moved
             self.removed |= hit
-            offsets = set(ordered) - hit
-            offsets -= self.removed
+            if len(hit) == len(ordered):  # each id once, every one out in a block
+                return
+            # Not ``-=``: that walks all of ``removed``, which grows with every ack
+            # of the plan; ``-`` walks the smaller side.
+            offsets = set(ordered) - hit - self.removed
             if not offsets:
                 return
             keys = set(zip(repeat(MESSAGE), offsets))
