@@ -256,15 +256,26 @@ def _into_aligned(rows: pa.Table, row_group_rows: int | None, size: int) -> pa.B
 _PARQUET_SLACK_BYTES = 256 * 1024
 
 
+# pyarrow hands its column writers this many rows at a time unless told otherwise.
+_WRITE_BATCH_ROWS = 1024
+
+
 def _write(rows: pa.Table, sink: pa.NativeFile, row_group_rows: int | None) -> None:
     # The writer itself, not pq.write_table: that resolves a filesystem and checks its
     # arguments first, a fifth of the time of writing a one-message file.
+    # A row group's rows go to the column writers as one batch, not 1,024 at a time
+    # (pyarrow checks a page's size only between batches, so each column chunk is
+    # then one page; a file is one commit's rows, at most 64 MiB). Writing 7,400
+    # messages of 1 KiB took 0.30 µs a message instead of 0.37, 100-byte messages
+    # 0.089 instead of 0.105, 16 KiB ones 4.4 instead of 4.75.
+    batch = rows.num_rows if row_group_rows is None else min(row_group_rows, rows.num_rows)
     with pq.ParquetWriter(
         sink,
         rows.schema,
         compression=_compression(rows),
         use_dictionary=False,
         write_statistics=statistics_columns(rows.schema),
+        write_batch_size=max(_WRITE_BATCH_ROWS, batch),
     ) as writer:
         writer.write_table(rows, row_group_size=row_group_rows)
 
