@@ -7,14 +7,14 @@ attempt 1, leased, one deadline. Held as one ``Row`` tuple per message in a dict
 keyed by ``(kind, offset)``, every delivered message cost a tuple, a key and a dict
 entry when leased, again when deferred and when acknowledged, and a row in Python
 lists when written: 3.2 µs per message of a drain's bookkeeping, against 0.4 µs
-now, the ack's parse included (``python -m bench leases``). A ``Block`` holds such a run of leases as its
-offsets and its first delivery id, with the set of offsets still outstanding; an
-ack of many ids takes its share out of that set in one set operation, and a commit
-writes the block's rows as Arrow columns. ``LeaseRows`` is the mapping the rest of
-the delivery code reads (``LeaseState.rows``): its single rows and its blocks'
-rows, by key, a block's ``Row`` built when asked for. Everything that changes one
-row on its own (a deadline change, a nack, a release, a redelivery) takes it out
-of its block and keeps it as a single row.
+now, the ack's parse included (``python -m bench leases``). A ``Block`` holds such
+a run of leases as its offsets and its first delivery id, with the set of offsets
+still outstanding; an ack of many ids takes its share out of that set in one set
+operation, and a commit writes the block's rows as Arrow columns. ``LeaseRows`` is
+the mapping the rest of the delivery code reads (``LeaseState.rows``): its single
+rows and its blocks' rows, by key, a block's ``Row`` built when asked for.
+Everything that changes one row on its own (a deadline change, a nack, a release,
+a redelivery) takes it out of its block and keeps it as a single row.
 """
 
 from __future__ import annotations
