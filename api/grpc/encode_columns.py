@@ -277,7 +277,8 @@ def _laid_out(
     bounds = np.union1d(np.flatnonzero(changes) + 1, chunk_starts).tolist()
     if len(bounds) - 1 > max(1, n // ROWS_PER_STRETCH):
         return None
-    stretches: list[tuple[int, int, list[Band]]] = []
+    # Each stretch's first row, end, width (a delivery's bytes) and fields.
+    stretches: list[tuple[int, int, int, list[Band]]] = []
     chunk = 0
     for lo, hi in itertools.pairwise(bounds):
         while lo >= chunk_starts[chunk + 1]:
@@ -291,15 +292,11 @@ def _laid_out(
             (chunks[chunk], lo - chunk_starts[chunk], d),
             b"\x1a" + varint(i), (id_column, lo, i), (stamp_column, lo, s), extra,
         ]  # fmt: skip
-        stretches.append((lo, hi, fields))
-    widths = [
-        sum(len(f) if isinstance(f, bytes) else f[2] for f in fields) for *_, fields in stretches
-    ]
-    sizes = [(hi - lo) * width for (lo, hi, _), width in zip(stretches, widths, strict=True)]
-    out = np.empty(sum(sizes), np.uint8)
+        stretches.append((lo, hi, 1 + len(varint(item)) + item, fields))
+    out = np.empty(sum((hi - lo) * width for lo, hi, width, _ in stretches), np.uint8)
     offsets = np.zeros(n + 1, np.int64)
     at = 0
-    for (lo, hi, fields), width in zip(stretches, widths, strict=True):
+    for lo, hi, width, fields in stretches:
         rows = out[at : at + (hi - lo) * width].reshape(hi - lo, width)
         offsets[lo + 1 : hi + 1] = np.arange(1, hi - lo + 1, dtype=np.int64) * width + at
         at += (hi - lo) * width
